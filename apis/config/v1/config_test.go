@@ -1,0 +1,141 @@
+package v1_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+
+	"github.com/drascope/drascope/apis/config"
+	_ "github.com/drascope/drascope/apis/config/scheme"
+)
+
+// loadDRAScopeArgs loads a KubeSchedulerConfiguration the way the scheduler
+// binary does and returns the DRAScope args of its only profile.
+func loadDRAScopeArgs(t *testing.T, pluginConfig string) (*config.DRAScopeArgs, error) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	content := `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: drascope-scheduler
+  plugins:
+    multiPoint:
+      enabled:
+      - name: DRAScope
+      disabled:
+      - name: DynamicResources
+` + pluginConfig
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logger, _ := ktesting.NewTestContext(t)
+	cfg, err := options.LoadConfigFromFile(logger, file)
+	if err != nil {
+		return nil, err
+	}
+	for _, pc := range cfg.Profiles[0].PluginConfig {
+		if pc.Name == "DRAScope" {
+			args, ok := pc.Args.(*config.DRAScopeArgs)
+			if !ok {
+				t.Fatalf("DRAScope args decoded as %T", pc.Args)
+			}
+			return args, nil
+		}
+	}
+	t.Fatalf("no DRAScope pluginConfig after loading; got %d entries", len(cfg.Profiles[0].PluginConfig))
+	return nil, nil
+}
+
+func TestLoadArgs(t *testing.T) {
+	tests := map[string]struct {
+		pluginConfig string
+		want         *config.DRAScopeArgs
+		wantErr      string
+	}{
+		"no pluginConfig gets defaults": {
+			want: &config.DRAScopeArgs{
+				FilterTimeout:  &metav1.Duration{Duration: 10 * time.Second},
+				BindingTimeout: &metav1.Duration{Duration: 600 * time.Second},
+				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
+			},
+		},
+		"explicit values are kept": {
+			pluginConfig: `  pluginConfig:
+  - name: DRAScope
+    args:
+      filterTimeout: 3s
+      bindingTimeout: 2m
+      adminAccess:
+        requireNamespaceLabel: false
+`,
+			want: &config.DRAScopeArgs{
+				FilterTimeout:  &metav1.Duration{Duration: 3 * time.Second},
+				BindingTimeout: &metav1.Duration{Duration: 2 * time.Minute},
+				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: false},
+			},
+		},
+		"zero filterTimeout disables the limit and is kept": {
+			pluginConfig: `  pluginConfig:
+  - name: DRAScope
+    args:
+      filterTimeout: 0s
+`,
+			want: &config.DRAScopeArgs{
+				FilterTimeout:  &metav1.Duration{},
+				BindingTimeout: &metav1.Duration{Duration: 600 * time.Second},
+				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
+			},
+		},
+		"unknown top-level field": {
+			pluginConfig: `  pluginConfig:
+  - name: DRAScope
+    args:
+      filterTimeOut: 3s
+`,
+			wantErr: `unknown field "filterTimeOut"`,
+		},
+		"unknown nested field": {
+			pluginConfig: `  pluginConfig:
+  - name: DRAScope
+    args:
+      adminAccess:
+        requireNamespaceLabels: true
+`,
+			wantErr: `unknown field "adminAccess.requireNamespaceLabels"`,
+		},
+		"wrong type": {
+			pluginConfig: `  pluginConfig:
+  - name: DRAScope
+    args:
+      adminAccess:
+        requireNamespaceLabel: "yes"
+`,
+			wantErr: "requireNamespaceLabel",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := loadDRAScopeArgs(t, tc.pluginConfig)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.TypeMeta = metav1.TypeMeta{}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("args (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,24 @@
+package v1
+
+import (
+	schedconfigv1 "k8s.io/kube-scheduler/config/v1"
+	upstreamdefaults "k8s.io/kubernetes/pkg/scheduler/apis/config/v1"
+	"k8s.io/utils/ptr"
+)
+
+// SetDefaults_DRAScopeArgs fills unset fields. The two timeouts take the
+// upstream DynamicResources defaults, which depend on feature gates, by
+// running upstream's own defaulting on them.
+func SetDefaults_DRAScopeArgs(obj *DRAScopeArgs) {
+	upstream := schedconfigv1.DynamicResourcesArgs{
+		FilterTimeout:  obj.FilterTimeout,
+		BindingTimeout: obj.BindingTimeout,
+	}
+	upstreamdefaults.SetDefaults_DynamicResourcesArgs(&upstream)
+	obj.FilterTimeout = upstream.FilterTimeout
+	obj.BindingTimeout = upstream.BindingTimeout
+
+	if obj.AdminAccess.RequireNamespaceLabel == nil {
+		obj.AdminAccess.RequireNamespaceLabel = ptr.To(true)
+	}
+}

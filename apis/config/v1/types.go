@@ -1,0 +1,38 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// DRAScopeArgs holds the arguments of the DRAScope plugin.
+type DRAScopeArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// FilterTimeout limits how long Filter may spend allocating devices for
+	// one pod on one node; zero disables the limit. Handed to the upstream
+	// DynamicResources plugin, with its default (10s while the
+	// DRASchedulerFilterTimeout feature gate is on).
+	// +optional
+	FilterTimeout *metav1.Duration `json:"filterTimeout,omitempty"`
+
+	// BindingTimeout limits how long PreBind waits for devices with binding
+	// conditions. Handed to the upstream DynamicResources plugin, with its
+	// default (10m while DRADeviceBindingConditions is on); at least 1s.
+	// +optional
+	BindingTimeout *metav1.Duration `json:"bindingTimeout,omitempty"`
+
+	// AdminAccess configures the KEP-5018 guards that drascope adds.
+	// +optional
+	AdminAccess AdminAccessArgs `json:"adminAccess"`
+}
+
+// AdminAccessArgs configures how DRAScope treats claims with admin access.
+type AdminAccessArgs struct {
+	// RequireNamespaceLabel refuses, while filtering, to allocate a claim with
+	// an admin-access request when the claim's namespace does not carry the
+	// label resource.kubernetes.io/admin-access: "true". Default true.
+	// +optional
+	RequireNamespaceLabel *bool `json:"requireNamespaceLabel,omitempty"`
+}

@@ -1,0 +1,43 @@
+// Package validation checks DRAScope plugin args.
+package validation
+
+import (
+	"errors"
+
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	schedvalidation "k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+
+	"github.com/drascope/drascope/apis/config"
+)
+
+// ValidateDRAScopeArgs returns every problem with args, each with its field
+// path under path. The timeouts are checked by upstream's own validation of
+// DynamicResources args, because they are handed to that plugin unchanged and
+// their rules depend on feature gates.
+func ValidateDRAScopeArgs(path *field.Path, args *config.DRAScopeArgs, fts feature.Features) field.ErrorList {
+	var allErrs field.ErrorList
+	upstream := &schedconfig.DynamicResourcesArgs{
+		FilterTimeout:  args.FilterTimeout,
+		BindingTimeout: args.BindingTimeout,
+	}
+	err := schedvalidation.ValidateDynamicResourcesArgs(path, upstream, fts)
+	if err == nil {
+		return allErrs
+	}
+	var agg utilerrors.Aggregate
+	if !errors.As(err, &agg) {
+		return append(allErrs, field.InternalError(path, err))
+	}
+	for _, e := range agg.Errors() {
+		var fe *field.Error
+		if errors.As(e, &fe) {
+			allErrs = append(allErrs, fe)
+		} else {
+			allErrs = append(allErrs, field.InternalError(path, e))
+		}
+	}
+	return allErrs
+}

@@ -1,0 +1,72 @@
+package validation
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+
+	"github.com/drascope/drascope/apis/config"
+)
+
+func TestValidateDRAScopeArgs(t *testing.T) {
+	allGates := feature.Features{
+		EnableDRASchedulerFilterTimeout:    true,
+		EnableDRADeviceBindingConditions:   true,
+		EnableDRAResourceClaimDeviceStatus: true,
+	}
+	path := field.NewPath("pluginConfig").Key("DRAScope").Child("args")
+	tests := map[string]struct {
+		args     config.DRAScopeArgs
+		fts      feature.Features
+		wantErrs []string
+	}{
+		"valid": {
+			args: config.DRAScopeArgs{
+				FilterTimeout:  &metav1.Duration{Duration: 10 * time.Second},
+				BindingTimeout: &metav1.Duration{Duration: time.Minute},
+			},
+			fts: allGates,
+		},
+		"negative filterTimeout": {
+			args: config.DRAScopeArgs{FilterTimeout: &metav1.Duration{Duration: -time.Second}},
+			fts:  allGates,
+			wantErrs: []string{
+				`pluginConfig[DRAScope].args.filterTimeout: Invalid value: "-1s": must be zero or positive`,
+			},
+		},
+		"bindingTimeout below one second, and negative filterTimeout": {
+			args: config.DRAScopeArgs{
+				FilterTimeout:  &metav1.Duration{Duration: -time.Second},
+				BindingTimeout: &metav1.Duration{Duration: 500 * time.Millisecond},
+			},
+			fts: allGates,
+			wantErrs: []string{
+				`pluginConfig[DRAScope].args.filterTimeout: Invalid value: "-1s": must be zero or positive`,
+				`pluginConfig[DRAScope].args.bindingTimeout: Invalid value: "500ms": must be at least 1 second`,
+			},
+		},
+		"filterTimeout with its gate off": {
+			args: config.DRAScopeArgs{FilterTimeout: &metav1.Duration{Duration: time.Second}},
+			fts:  feature.Features{},
+			wantErrs: []string{
+				`pluginConfig[DRAScope].args.filterTimeout: Forbidden: DRASchedulingFilterTimeout feature gate is disabled`,
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			errs := ValidateDRAScopeArgs(path, &tc.args, tc.fts)
+			if len(errs) != len(tc.wantErrs) {
+				t.Fatalf("want %d errors %q, got %d: %v", len(tc.wantErrs), tc.wantErrs, len(errs), errs)
+			}
+			for i, err := range errs {
+				if err.Error() != tc.wantErrs[i] {
+					t.Errorf("error %d:\nwant %s\ngot  %s", i, tc.wantErrs[i], err.Error())
+				}
+			}
+		})
+	}
+}

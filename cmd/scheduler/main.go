@@ -1,0 +1,17 @@
+// Command drascope-scheduler is kube-scheduler with the DRAScope plugin
+// registered. Every kube-scheduler flag and config field works as upstream.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	"github.com/drascope/drascope/pkg/plugins/drascope"
+)
+
+func main() {
+	command := app.NewSchedulerCommand(app.WithPlugin(drascope.Name, drascope.New))
+	os.Exit(cli.Run(command))
+}

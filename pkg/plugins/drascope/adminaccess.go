@@ -1,0 +1,126 @@
+package drascope
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
+)
+
+// namespaceEventResource is the cluster event resource for core/v1 Namespaces.
+// The scheduler has no typed event for them; for a "<plural>.<version>.<group>"
+// resource it falls back to a dynamic informer, which delivers unstructured
+// objects to the queueing hint.
+const namespaceEventResource fwk.EventResource = "namespaces.v1."
+
+// adminAccessLabelValue is the value the apiserver requires for
+// resourceapi.DRAAdminNamespaceLabelKey.
+const adminAccessLabelValue = "true"
+
+// checkAdminAccess refuses a pod when a claim it still needs allocated asks
+// for admin access that this scheduler must not grant: the DRAAdminAccess
+// gate is off, or (with requireNamespaceLabel) the claim's namespace lacks the
+// admin-access label. Allocated claims are left alone: the guard is about
+// handing out new access, not about taking it away.
+func (pl *DRAScope) checkAdminAccess(ctx context.Context, pod *v1.Pod) *fwk.Status {
+	if pl.adminAccessEnabled && !pl.requireNamespaceLabel {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	for i := range pod.Spec.ResourceClaims {
+		claim, err := pl.podClaim(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || claim == nil || claim.Status.Allocation != nil {
+			// Upstream's PreFilter, which ran first, already refused pods
+			// whose claims are missing; nothing for drascope to add.
+			continue
+		}
+		request := firstAdminAccessRequest(claim)
+		if request == "" {
+			continue
+		}
+		if !pl.adminAccessEnabled {
+			msg := fmt.Sprintf("claim %s, request %s: admin access is requested, but the DRAAdminAccess feature gate is disabled in this scheduler", klog.KObj(claim), request)
+			logger.V(3).Info("Refusing admin access", "pod", klog.KObj(pod), "resourceclaim", klog.KObj(claim), "request", request, "reason", "feature gate DRAAdminAccess disabled")
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		}
+		if msg := pl.namespaceLabelProblem(claim.Namespace); msg != "" {
+			logger.V(3).Info("Refusing admin access", "pod", klog.KObj(pod), "resourceclaim", klog.KObj(claim), "request", request, "reason", msg)
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("claim %s, request %s: admin access %s", klog.KObj(claim), request, msg))
+		}
+	}
+	return nil
+}
+
+// namespaceLabelProblem says what is wrong with the namespace for admin
+// access, or "" when it carries the label.
+func (pl *DRAScope) namespaceLabelProblem(namespace string) string {
+	ns, err := pl.namespaces.Get(namespace)
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("requires namespace %s, which the scheduler has not seen yet", namespace)
+	case err != nil:
+		return fmt.Sprintf("cannot be checked: reading namespace %s: %v", namespace, err)
+	case ns.Labels[resourceapi.DRAAdminNamespaceLabelKey] != adminAccessLabelValue:
+		return fmt.Sprintf("requires the label %s=%q on namespace %s (kubectl label namespace %s %s=%s)",
+			resourceapi.DRAAdminNamespaceLabelKey, adminAccessLabelValue, namespace,
+			namespace, resourceapi.DRAAdminNamespaceLabelKey, adminAccessLabelValue)
+	}
+	return ""
+}
+
+// podClaim returns the claim that a pod's claim entry refers to, as the
+// scheduler's claim tracker sees it (including in-flight changes), or nil when
+// the claim has not been created yet.
+func (pl *DRAScope) podClaim(pod *v1.Pod, podClaim *v1.PodResourceClaim) (*resourceapi.ResourceClaim, error) {
+	name, _, err := resourceclaim.Name(pod, podClaim)
+	if err != nil || name == nil {
+		return nil, err
+	}
+	claim, err := pl.claims.Get(pod.Namespace, *name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return claim, err
+}
+
+// firstAdminAccessRequest returns the name of the first request of claim that
+// asks for admin access, or "". Only exact requests can: the API has no admin
+// access on prioritized-list subrequests.
+func firstAdminAccessRequest(claim *resourceapi.ResourceClaim) string {
+	for _, request := range claim.Spec.Devices.Requests {
+		if request.Exactly != nil && ptr.Deref(request.Exactly.AdminAccess, false) {
+			return request.Name
+		}
+	}
+	return ""
+}
+
+// isSchedulableAfterNamespaceChange requeues a pod refused for a missing
+// admin-access label once its namespace gains the label.
+func (pl *DRAScope) isSchedulableAfterNamespaceChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	newNS, ok := newObj.(*unstructured.Unstructured)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("unexpected new object of type %T in Namespace event", newObj)
+	}
+	if newNS.GetName() != pod.Namespace {
+		return fwk.QueueSkip, nil
+	}
+	if newNS.GetLabels()[resourceapi.DRAAdminNamespaceLabelKey] != adminAccessLabelValue {
+		return fwk.QueueSkip, nil
+	}
+	if oldNS, ok := oldObj.(*unstructured.Unstructured); ok &&
+		oldNS.GetLabels()[resourceapi.DRAAdminNamespaceLabelKey] == adminAccessLabelValue {
+		// The label was already there; this update changed something else.
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("Namespace gained the admin-access label, pod may be schedulable now", "pod", klog.KObj(pod), "namespace", newNS.GetName())
+	return fwk.Queue, nil
+}

@@ -1,0 +1,148 @@
+// Package drascope is the DRAScope scheduler plugin: upstream's
+// DynamicResources plugin, wrapped rather than copied, with drascope's
+// admin-access guards in front of it and a decorated DRA manager beneath it.
+package drascope
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+
+	"github.com/drascope/drascope/apis/config"
+	_ "github.com/drascope/drascope/apis/config/scheme" // registers DRAScopeArgs with the kube-scheduler
+	"github.com/drascope/drascope/apis/config/validation"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "DRAScope"
+
+// argsPath roots the field paths of args errors where a person finds the
+// args in a KubeSchedulerConfiguration.
+var argsPath = field.NewPath("pluginConfig").Key(Name).Child("args")
+
+// DRAScope embeds the upstream plugin, so every extension point upstream
+// implements (PreEnqueue, Filter, PostFilter, Score, Reserve, PreBind, ...)
+// is DRAScope's too, unchanged. It overrides only what drascope adds to.
+type DRAScope struct {
+	*dynamicresources.DynamicResources
+
+	enabled               bool
+	adminAccessEnabled    bool
+	requireNamespaceLabel bool
+	claims                fwk.ResourceClaimTracker
+	namespaces            corelisters.NamespaceLister
+}
+
+var (
+	_ fwk.PreEnqueuePlugin         = &DRAScope{}
+	_ fwk.PreFilterPlugin          = &DRAScope{}
+	_ fwk.FilterPlugin             = &DRAScope{}
+	_ fwk.PostFilterPlugin         = &DRAScope{}
+	_ fwk.PodGroupPostFilterPlugin = &DRAScope{}
+	_ fwk.ScorePlugin              = &DRAScope{}
+	_ fwk.ReservePlugin            = &DRAScope{}
+	_ fwk.PreBindPlugin            = &DRAScope{}
+	_ fwk.EnqueueExtensions        = &DRAScope{}
+	_ fwk.SignPlugin               = &DRAScope{}
+)
+
+// New builds the plugin from its args. Invalid args fail here, so the
+// scheduler stops at start with the field path in the message.
+func New(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	if errs := validation.ValidateDRAScopeArgs(argsPath, args, fts); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid %s plugin args: %w", Name, errs.ToAggregate())
+	}
+
+	var handle fwk.Handle = fh
+	var claims fwk.ResourceClaimTracker
+	if fts.EnableDynamicResourceAllocation {
+		manager := newDRAManager(fh.SharedDRAManager())
+		handle = &decoratedHandle{Handle: fh, draManager: manager}
+		claims = manager.ResourceClaims()
+	}
+	upstreamArgs := &schedconfig.DynamicResourcesArgs{
+		FilterTimeout:  args.FilterTimeout,
+		BindingTimeout: args.BindingTimeout,
+	}
+	upstream, err := dynamicresources.New(ctx, upstreamArgs, handle, fts)
+	if err != nil {
+		return nil, err
+	}
+
+	pl := &DRAScope{
+		DynamicResources:      upstream.(*dynamicresources.DynamicResources),
+		enabled:               fts.EnableDynamicResourceAllocation,
+		adminAccessEnabled:    fts.EnableDRAAdminAccess,
+		requireNamespaceLabel: args.AdminAccess.RequireNamespaceLabel,
+		claims:                claims,
+	}
+	if pl.enabled && pl.requireNamespaceLabel {
+		// The scheduler already watches namespaces (InterPodAffinity's
+		// namespaceSelector), so this lister adds no watch.
+		pl.namespaces = fh.SharedInformerFactory().Core().V1().Namespaces().Lister()
+	}
+	return pl, nil
+}
+
+// decodeArgs accepts the internal args the kube-scheduler hands over after
+// decoding and defaulting a config file. A missing pluginConfig entry cannot
+// happen through that path (the scheduler appends a defaulted one), but a
+// caller building a framework by hand may pass nil.
+func decodeArgs(obj runtime.Object) (*config.DRAScopeArgs, error) {
+	if obj == nil {
+		return defaultArgs()
+	}
+	args, ok := obj.(*config.DRAScopeArgs)
+	if !ok {
+		return nil, fmt.Errorf("%s plugin args: got %T, want *DRAScopeArgs", Name, obj)
+	}
+	return args, nil
+}
+
+// Name returns the plugin's name, which the framework uses in metrics, logs
+// and pod status messages.
+func (pl *DRAScope) Name() string {
+	return Name
+}
+
+// PreFilter runs upstream's PreFilter, then drascope's admin-access guards.
+// Upstream goes first because its PostFilter expects the cycle state its
+// PreFilter writes; refusing before it would turn a clear "unschedulable"
+// into a PostFilter error. Both run before anything is reserved.
+func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	result, status := pl.DynamicResources.PreFilter(ctx, state, pod, nodes)
+	if !status.IsSuccess() || !pl.enabled {
+		return result, status
+	}
+	if status := pl.checkAdminAccess(ctx, pod); !status.IsSuccess() {
+		return nil, status
+	}
+	return result, status
+}
+
+// EventsToRegister adds, to upstream's events, the Namespace update that lifts
+// drascope's admin-access label guard.
+func (pl *DRAScope) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
+	events, err := pl.DynamicResources.EventsToRegister(ctx)
+	if err != nil || !pl.enabled || !pl.requireNamespaceLabel {
+		return events, err
+	}
+	return append(events, fwk.ClusterEventWithHint{
+		Event:          fwk.ClusterEvent{Resource: namespaceEventResource, ActionType: fwk.Add | fwk.Update},
+		QueueingHintFn: pl.isSchedulableAfterNamespaceChange,
+	}), nil
+}
