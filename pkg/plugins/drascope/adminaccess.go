@@ -7,18 +7,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
 )
-
-// namespaceEventResource is the cluster event resource for core/v1 Namespaces.
-// The scheduler has no typed event for them; for a "<plural>.<version>.<group>"
-// resource it falls back to a dynamic informer, which delivers unstructured
-// objects to the queueing hint.
-const namespaceEventResource fwk.EventResource = "namespaces.v1."
 
 // adminAccessLabelValue is the value the apiserver requires for
 // resourceapi.DRAAdminNamespaceLabelKey.
@@ -68,7 +62,7 @@ func (pl *DRAScope) namespaceLabelProblem(namespace string) string {
 		return fmt.Sprintf("requires namespace %s, which the scheduler has not seen yet", namespace)
 	case err != nil:
 		return fmt.Sprintf("cannot be checked: reading namespace %s: %v", namespace, err)
-	case ns.Labels[resourceapi.DRAAdminNamespaceLabelKey] != adminAccessLabelValue:
+	case !hasAdminAccessLabel(ns):
 		return fmt.Sprintf("requires the label %s=%q on namespace %s (kubectl label namespace %s %s=%s)",
 			resourceapi.DRAAdminNamespaceLabelKey, adminAccessLabelValue, namespace,
 			namespace, resourceapi.DRAAdminNamespaceLabelKey, adminAccessLabelValue)
@@ -103,24 +97,44 @@ func firstAdminAccessRequest(claim *resourceapi.ResourceClaim) string {
 	return ""
 }
 
-// isSchedulableAfterNamespaceChange requeues a pod refused for a missing
-// admin-access label once its namespace gains the label.
-func (pl *DRAScope) isSchedulableAfterNamespaceChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	newNS, ok := newObj.(*unstructured.Unstructured)
-	if !ok {
-		return fwk.Queue, fmt.Errorf("unexpected new object of type %T in Namespace event", newObj)
+// retryWhenNamespaceLabelled activates this profile's waiting pods in a
+// namespace that has just gained the admin-access label, so that pods refused
+// for lacking it are retried at once rather than after the unschedulable-pods
+// timeout.
+//
+// This is an event handler on the scheduler's typed Namespace informer, the
+// same cache namespaceLabelProblem reads, not a queueing hint: the scheduler
+// delivers events for resources it has no typed informer for (Namespaces)
+// from a separate dynamic informer, and a pod requeued by that event could be
+// retried, and refused again, before the typed cache had the label. An
+// informer updates its cache before it calls handlers, so here the retry
+// always sees the label.
+func (pl *DRAScope) retryWhenNamespaceLabelled(logger klog.Logger, oldObj, newObj interface{}) {
+	ns, ok := newObj.(*v1.Namespace)
+	if !ok || !hasAdminAccessLabel(ns) {
+		return
 	}
-	if newNS.GetName() != pod.Namespace {
-		return fwk.QueueSkip, nil
+	if old, ok := oldObj.(*v1.Namespace); ok && hasAdminAccessLabel(old) {
+		return
 	}
-	if newNS.GetLabels()[resourceapi.DRAAdminNamespaceLabelKey] != adminAccessLabelValue {
-		return fwk.QueueSkip, nil
+	pods, err := pl.pods.Pods(ns.Name).List(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Listing pods to retry after the namespace gained the admin-access label", "namespace", ns.Name)
+		return
 	}
-	if oldNS, ok := oldObj.(*unstructured.Unstructured); ok &&
-		oldNS.GetLabels()[resourceapi.DRAAdminNamespaceLabelKey] == adminAccessLabelValue {
-		// The label was already there; this update changed something else.
-		return fwk.QueueSkip, nil
+	waiting := map[string]*v1.Pod{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == "" && pod.Spec.SchedulerName == pl.profileName && len(pod.Spec.ResourceClaims) > 0 {
+			waiting[pod.Namespace+"/"+pod.Name] = pod
+		}
 	}
-	logger.V(5).Info("Namespace gained the admin-access label, pod may be schedulable now", "pod", klog.KObj(pod), "namespace", newNS.GetName())
-	return fwk.Queue, nil
+	if len(waiting) == 0 {
+		return
+	}
+	logger.V(3).Info("Namespace gained the admin-access label, retrying its waiting pods", "namespace", ns.Name, "pods", len(waiting))
+	pl.activator.Activate(logger, waiting)
+}
+
+func hasAdminAccessLabel(ns *v1.Namespace) bool {
+	return ns.Labels[resourceapi.DRAAdminNamespaceLabelKey] == adminAccessLabelValue
 }

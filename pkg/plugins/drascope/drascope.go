@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
@@ -30,8 +32,9 @@ const Name = "DRAScope"
 var argsPath = field.NewPath("pluginConfig").Key(Name).Child("args")
 
 // DRAScope embeds the upstream plugin, so every extension point upstream
-// implements (PreEnqueue, Filter, PostFilter, Score, Reserve, PreBind, ...)
-// is DRAScope's too, unchanged. It overrides only what drascope adds to.
+// implements (PreEnqueue, Filter, PostFilter, Score, Reserve, PreBind,
+// EventsToRegister, SignPod, ...) is DRAScope's too, unchanged. It overrides
+// only Name and PreFilter.
 type DRAScope struct {
 	*dynamicresources.DynamicResources
 
@@ -40,6 +43,9 @@ type DRAScope struct {
 	requireNamespaceLabel bool
 	claims                fwk.ResourceClaimTracker
 	namespaces            corelisters.NamespaceLister
+	pods                  corelisters.PodLister
+	activator             fwk.PodActivator
+	profileName           string
 }
 
 var (
@@ -92,8 +98,19 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, er
 	}
 	if pl.enabled && pl.requireNamespaceLabel {
 		// The scheduler already watches namespaces (InterPodAffinity's
-		// namespaceSelector), so this lister adds no watch.
-		pl.namespaces = fh.SharedInformerFactory().Core().V1().Namespaces().Lister()
+		// namespaceSelector) and pods, so these add no watch.
+		informers := fh.SharedInformerFactory().Core().V1()
+		pl.namespaces = informers.Namespaces().Lister()
+		pl.pods = informers.Pods().Lister()
+		pl.activator = fh
+		pl.profileName = fh.ProfileName()
+		logger := klog.FromContext(ctx)
+		if _, err := informers.Namespaces().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj interface{}) { pl.retryWhenNamespaceLabelled(logger, nil, obj) },
+			UpdateFunc: func(oldObj, newObj interface{}) { pl.retryWhenNamespaceLabelled(logger, oldObj, newObj) },
+		}); err != nil {
+			return nil, fmt.Errorf("%s: watching namespace labels: %w", Name, err)
+		}
 	}
 	return pl, nil
 }
@@ -132,17 +149,4 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		return nil, status
 	}
 	return result, status
-}
-
-// EventsToRegister adds, to upstream's events, the Namespace update that lifts
-// drascope's admin-access label guard.
-func (pl *DRAScope) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
-	events, err := pl.DynamicResources.EventsToRegister(ctx)
-	if err != nil || !pl.enabled || !pl.requireNamespaceLabel {
-		return events, err
-	}
-	return append(events, fwk.ClusterEventWithHint{
-		Event:          fwk.ClusterEvent{Resource: namespaceEventResource, ActionType: fwk.Add | fwk.Update},
-		QueueingHintFn: pl.isSchedulableAfterNamespaceChange,
-	}), nil
 }

@@ -1,0 +1,353 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/drausage"
+)
+
+// How long a scenario waits for the scheduler to act. Generous for a loaded
+// 2-core CI machine; a passing run takes a fraction of it.
+const waitTimeout = 60 * time.Second
+
+// scenario is one test's corner of the shared cluster: a namespace of its own
+// and nodes and pools named after it. Everything it creates is removed when
+// the test ends, after the double-allocation invariant has been checked.
+type scenario struct {
+	t         *testing.T
+	ctx       context.Context
+	namespace string
+	nodes     []string
+}
+
+func newScenario(t *testing.T, namespaceLabels map[string]string) *scenario {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	// Unique per run: without a namespace controller, namespaces never go away.
+	prefix := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(strings.TrimPrefix(t.Name(), "Test")))
+	if len(prefix) > 40 {
+		prefix = prefix[:40]
+	}
+	name := names.SimpleNameGenerator.GenerateName(strings.TrimRight(prefix, "-") + "-")
+	s := &scenario{t: t, ctx: ctx, namespace: name}
+	if _, err := env.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: namespaceLabels},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	// The ServiceAccount admission plugin needs it; no controller makes it here.
+	if _, err := env.client.CoreV1().ServiceAccounts(name).Create(ctx, &v1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating ServiceAccount %s/default: %v", name, err)
+	}
+	t.Cleanup(s.cleanUp)
+	// Registered last so it runs first, while everything still exists.
+	t.Cleanup(s.checkNoDeviceAllocatedTwice)
+	return s
+}
+
+func (s *scenario) cleanUp() {
+	ctx := context.Background()
+	// Without a kubelet, only a zero grace period deletes a bound pod.
+	_ = env.client.CoreV1().Pods(s.namespace).DeleteCollection(ctx,
+		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	for _, node := range s.nodes {
+		_ = env.client.ResourceV1().ResourceSlices().Delete(ctx, sliceName(node), metav1.DeleteOptions{})
+		_ = env.client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
+	}
+}
+
+func sliceName(node string) string { return node + "-" + strings.ReplaceAll(driverName, ".", "-") }
+
+// addNode creates a Ready node and a ResourceSlice publishing gpus devices of
+// driver gpu.example.com in a pool named after the node.
+func (s *scenario) addNode(suffix string, gpus int) string {
+	s.t.Helper()
+	name := s.namespace + "-" + suffix
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
+	node, err := env.client.CoreV1().Nodes().Create(s.ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatalf("creating node %s: %v", name, err)
+	}
+	s.nodes = append(s.nodes, name)
+	capacity := v1.ResourceList{
+		v1.ResourceCPU:    resource.MustParse("8"),
+		v1.ResourceMemory: resource.MustParse("32Gi"),
+		v1.ResourcePods:   resource.MustParse("110"),
+	}
+	node.Status = v1.NodeStatus{
+		Capacity:    capacity,
+		Allocatable: capacity,
+		Conditions:  []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}},
+	}
+	if _, err := env.client.CoreV1().Nodes().UpdateStatus(s.ctx, node, metav1.UpdateOptions{}); err != nil {
+		s.t.Fatalf("setting status of node %s: %v", name, err)
+	}
+	if gpus == 0 {
+		return name
+	}
+	devices := make([]resourceapi.Device, gpus)
+	for i := range devices {
+		devices[i] = resourceapi.Device{Name: fmt.Sprintf("gpu-%d", i)}
+	}
+	if _, err := env.client.ResourceV1().ResourceSlices().Create(s.ctx, &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: sliceName(name)},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   driverName,
+			Pool:     resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
+			NodeName: &name,
+			Devices:  devices,
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating ResourceSlice for node %s: %v", name, err)
+	}
+	return name
+}
+
+func gpuClaimSpec(adminAccess bool) resourceapi.ResourceClaimSpec {
+	request := &resourceapi.ExactDeviceRequest{DeviceClassName: deviceClassName}
+	if adminAccess {
+		request.AdminAccess = ptr.To(true)
+	}
+	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: request}},
+	}}
+}
+
+func (s *scenario) addClaimTemplate(name string, adminAccess bool) {
+	s.t.Helper()
+	if _, err := env.client.ResourceV1().ResourceClaimTemplates(s.namespace).Create(s.ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: gpuClaimSpec(adminAccess)},
+	}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating ResourceClaimTemplate %s/%s: %v", s.namespace, name, err)
+	}
+}
+
+func (s *scenario) addClaim(name string, adminAccess bool) {
+	s.t.Helper()
+	if _, err := env.client.ResourceV1().ResourceClaims(s.namespace).Create(s.ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       gpuClaimSpec(adminAccess),
+	}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating ResourceClaim %s/%s: %v", s.namespace, name, err)
+	}
+}
+
+// podClaimSource names either a template or an existing claim for the pod's
+// one claim entry, "gpu".
+type podClaimSource struct {
+	template string
+	claim    string
+}
+
+func fromTemplate(name string) podClaimSource { return podClaimSource{template: name} }
+func fromClaim(name string) podClaimSource    { return podClaimSource{claim: name} }
+
+func (s *scenario) addPod(name, scheduler string, source podClaimSource) {
+	s.t.Helper()
+	podClaim := v1.PodResourceClaim{Name: "gpu"}
+	if source.template != "" {
+		podClaim.ResourceClaimTemplateName = &source.template
+	} else {
+		podClaim.ResourceClaimName = &source.claim
+	}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PodSpec{
+			SchedulerName:  scheduler,
+			ResourceClaims: []v1.PodResourceClaim{podClaim},
+			Containers: []v1.Container{{
+				Name:      "app",
+				Image:     "registry.k8s.io/pause:3.10",
+				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
+			}},
+		},
+	}
+	if _, err := env.client.CoreV1().Pods(s.namespace).Create(s.ctx, pod, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating pod %s/%s: %v", s.namespace, name, err)
+	}
+}
+
+func (s *scenario) getPod(name string) *v1.Pod {
+	s.t.Helper()
+	pod, err := env.client.CoreV1().Pods(s.namespace).Get(s.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatalf("getting pod %s/%s: %v", s.namespace, name, err)
+	}
+	return pod
+}
+
+func scheduledCondition(pod *v1.Pod) *v1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == v1.PodScheduled {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func describeScheduling(pod *v1.Pod) string {
+	if pod.Spec.NodeName != "" {
+		return "bound to " + pod.Spec.NodeName
+	}
+	if c := scheduledCondition(pod); c != nil {
+		return fmt.Sprintf("PodScheduled=%s %s: %s", c.Status, c.Reason, c.Message)
+	}
+	return "not yet attempted"
+}
+
+// waitForPodScheduled waits until the pod is bound and returns it.
+func (s *scenario) waitForPodScheduled(name string) *v1.Pod {
+	s.t.Helper()
+	var pod *v1.Pod
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		pod = s.getPod(name)
+		return pod.Spec.NodeName != "", nil
+	})
+	if err != nil {
+		s.t.Fatalf("pod %s/%s was not scheduled: %s (scheduler log: %s)", s.namespace, name, describeScheduling(pod), env.schedulerLog)
+	}
+	return pod
+}
+
+// waitForPodUnschedulable waits until the scheduler has marked the pod
+// unschedulable with a message containing every one of want.
+func (s *scenario) waitForPodUnschedulable(name string, want ...string) *v1.Pod {
+	s.t.Helper()
+	var pod *v1.Pod
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		pod = s.getPod(name)
+		if pod.Spec.NodeName != "" {
+			return false, fmt.Errorf("pod was bound to %s", pod.Spec.NodeName)
+		}
+		c := scheduledCondition(pod)
+		if c == nil || c.Status != v1.ConditionFalse || c.Reason != v1.PodReasonUnschedulable {
+			return false, nil
+		}
+		for _, w := range want {
+			if !strings.Contains(c.Message, w) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		s.t.Fatalf("pod %s/%s: want unschedulable with a message containing %q, got: %s (%v)", s.namespace, name, want, describeScheduling(pod), err)
+	}
+	return pod
+}
+
+// podClaim returns the claim behind the pod's "gpu" entry.
+func (s *scenario) podClaim(pod *v1.Pod) *resourceapi.ResourceClaim {
+	s.t.Helper()
+	name := ""
+	for _, c := range pod.Spec.ResourceClaims {
+		if c.ResourceClaimName != nil {
+			name = *c.ResourceClaimName
+		}
+	}
+	for _, status := range pod.Status.ResourceClaimStatuses {
+		if status.ResourceClaimName != nil {
+			name = *status.ResourceClaimName
+		}
+	}
+	if name == "" {
+		s.t.Fatalf("pod %s/%s has no resolved claim name", pod.Namespace, pod.Name)
+	}
+	return s.getClaim(name)
+}
+
+func (s *scenario) getClaim(name string) *resourceapi.ResourceClaim {
+	s.t.Helper()
+	claim, err := env.client.ResourceV1().ResourceClaims(s.namespace).Get(s.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatalf("getting claim %s/%s: %v", s.namespace, name, err)
+	}
+	return claim
+}
+
+// allocatedDevice returns the one device result of an allocated claim.
+func (s *scenario) allocatedDevice(claim *resourceapi.ResourceClaim) resourceapi.DeviceRequestAllocationResult {
+	s.t.Helper()
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		s.t.Fatalf("claim %s/%s: want one allocated device, got allocation %+v", claim.Namespace, claim.Name, claim.Status.Allocation)
+	}
+	return claim.Status.Allocation.Devices.Results[0]
+}
+
+func (s *scenario) setNamespaceLabel(value *string) {
+	s.t.Helper()
+	ns, err := env.client.CoreV1().Namespaces().Get(s.ctx, s.namespace, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	if value == nil {
+		delete(ns.Labels, resourceapi.DRAAdminNamespaceLabelKey)
+	} else {
+		ns.Labels[resourceapi.DRAAdminNamespaceLabelKey] = *value
+	}
+	if _, err := env.client.CoreV1().Namespaces().Update(s.ctx, ns, metav1.UpdateOptions{}); err != nil {
+		s.t.Fatalf("updating labels of namespace %s: %v", s.namespace, err)
+	}
+}
+
+var adminNamespaceLabels = map[string]string{resourceapi.DRAAdminNamespaceLabelKey: "true"}
+
+// checkNoDeviceAllocatedTwice is the invariant every scenario ends with: over
+// all claims in the cluster, no device is allocated to two claims, except
+// through admin access (not counted as in use) or as shares of a device that
+// allows multiple allocations.
+func (s *scenario) checkNoDeviceAllocatedTwice() {
+	claims, err := env.client.ResourceV1().ResourceClaims("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		s.t.Errorf("listing claims for the invariant check: %v", err)
+		return
+	}
+	dedicated := map[structured.DeviceID]types.NamespacedName{}
+	shared := map[structured.DeviceID]types.NamespacedName{}
+	for i := range claims.Items {
+		claim := &claims.Items[i]
+		owner := types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}
+		drausage.ForeachAllocatedDevice(claim, drausage.DeviceVisitor{
+			Dedicated: func(id structured.DeviceID) {
+				if other, ok := dedicated[id]; ok {
+					s.t.Errorf("device %s is allocated to both %s and %s", id, other, owner)
+				}
+				if other, ok := shared[id]; ok {
+					s.t.Errorf("device %s is allocated to %s and shared by %s", id, owner, other)
+				}
+				dedicated[id] = owner
+			},
+			Shared: func(id structured.SharedDeviceID) {
+				device := structured.MakeDeviceID(id.Driver.String(), id.Pool.String(), id.Device.String())
+				if other, ok := dedicated[device]; ok {
+					s.t.Errorf("device %s is allocated to %s and shared by %s", device, other, owner)
+				}
+				shared[device] = owner
+			},
+		})
+	}
+}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -1,0 +1,132 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+
+	"github.com/drascope/drascope/pkg/plugins/drascope"
+)
+
+// startInProcessScheduler runs drascope-scheduler inside the test process
+// through the same app.Setup and app.Run as the binary, with the shipped
+// config. It differs from a deployment in one flag: --leader-elect=false,
+// because app.Run calls os.Exit when a leader's context ends, which would end
+// the test binary. Leader election with the shipped lease and RBAC is covered
+// by TestSchedulerBinary, which runs bin/drascope-scheduler.
+func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	opts := options.NewOptions()
+	fs := pflag.NewFlagSet("drascope-scheduler", pflag.ContinueOnError)
+	for _, f := range opts.Flags.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse([]string{
+		"--config=" + env.schedulerConfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(env.cp.dir, "scheduler-certs"),
+		// Delegated authentication and authorization of /metrics, as the
+		// ServiceAccount: exercises the tokenreviews, subjectaccessreviews and
+		// extension-apiserver-authentication rules of the shipped RBAC.
+		"--authentication-kubeconfig=" + env.schedulerKubeconfig,
+		"--authorization-kubeconfig=" + env.schedulerKubeconfig,
+	}); err != nil {
+		return nil, err
+	}
+	if err := opts.ComponentGlobalsRegistry.Set(); err != nil {
+		return nil, err
+	}
+	if opts.InformerName, err = cache.NewInformerName("drascope-scheduler"); err != nil {
+		return nil, err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(drascope.Name, drascope.New))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- app.Run(ctx, cc, sched) }()
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	healthz := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	if err := waitForURL(ctx, healthz, client, "drascope-scheduler", env.schedulerLog); err != nil {
+		cancel()
+		return nil, err
+	}
+	return func() {
+		cancel()
+		select {
+		case <-errCh:
+		case <-time.After(30 * time.Second):
+		}
+	}, nil
+}
+
+// schedulerBinary runs bin/drascope-scheduler with args; its output goes to
+// a file in the test data directory. wait returns the exit error.
+type schedulerBinary struct {
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	err     error
+}
+
+func startSchedulerBinary(name string, args ...string) (*schedulerBinary, error) {
+	path, err := binPath(env.cp.binDir, "drascope-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(env.cp.dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, err
+	}
+	b := &schedulerBinary{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		b.err = cmd.Wait()
+		_ = logFile.Close()
+		close(b.done)
+	}()
+	return b, nil
+}
+
+// stop asks the scheduler to terminate, as the kubelet would, and waits.
+func (b *schedulerBinary) stop() {
+	_ = b.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-b.done:
+	case <-time.After(30 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	}
+}
+
+func (b *schedulerBinary) output() string {
+	data, _ := os.ReadFile(b.logPath)
+	return string(data)
+}

@@ -1,0 +1,48 @@
+package integration
+
+import (
+	"testing"
+)
+
+// A pod whose claim comes from a template lands on the node that has a
+// matching device, and its generated claim is allocated from that node's pool.
+func TestClaimTemplatePodLands(t *testing.T) {
+	s := newScenario(t, nil)
+	s.addNode("no-gpus", 0)
+	withGPUs := s.addNode("gpus", 2)
+	s.addClaimTemplate("gpu", false)
+	s.addPod("trainer", schedulerName, fromTemplate("gpu"))
+
+	pod := s.waitForPodScheduled("trainer")
+	if pod.Spec.NodeName != withGPUs {
+		t.Errorf("pod landed on %s, want %s (the only node with %s devices)", pod.Spec.NodeName, withGPUs, driverName)
+	}
+	claim := s.podClaim(pod)
+	result := s.allocatedDevice(claim)
+	if result.Driver != driverName || result.Pool != withGPUs {
+		t.Errorf("claim %s allocated %s/%s/%s, want a device of driver %s in pool %s", claim.Name, result.Driver, result.Pool, result.Device, driverName, withGPUs)
+	}
+	if len(claim.Status.ReservedFor) != 1 || claim.Status.ReservedFor[0].Name != "trainer" {
+		t.Errorf("claim %s reservedFor = %+v, want the pod trainer", claim.Name, claim.Status.ReservedFor)
+	}
+}
+
+// A pod for another scheduler is left alone. The drascope pod is created
+// after it, so by the time the drascope pod is bound the scheduler has seen
+// both: had it taken the foreign pod, that pod would be bound too.
+func TestOtherSchedulerNameIsLeftAlone(t *testing.T) {
+	s := newScenario(t, nil)
+	s.addNode("gpus", 2)
+	s.addClaimTemplate("gpu", false)
+	s.addPod("foreign", "another-scheduler", fromTemplate("gpu"))
+	s.addPod("mine", schedulerName, fromTemplate("gpu"))
+
+	s.waitForPodScheduled("mine")
+	foreign := s.getPod("foreign")
+	if foreign.Spec.NodeName != "" {
+		t.Fatalf("pod foreign (schedulerName another-scheduler) was bound to %s by drascope-scheduler", foreign.Spec.NodeName)
+	}
+	if c := scheduledCondition(foreign); c != nil {
+		t.Errorf("pod foreign has a PodScheduled condition written by drascope-scheduler: %s %s: %s", c.Status, c.Reason, c.Message)
+	}
+}
