@@ -1,0 +1,156 @@
+package integration
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// shippedConfigWith returns manifests/scheduler/config.yaml with each old
+// string replaced by its new one; it fails the test if an old string is not
+// in the shipped config, so these tests follow the config they describe.
+func shippedConfigWith(t *testing.T, oldNew ...string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(manifestsDir, "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := string(data)
+	for i := 0; i < len(oldNew); i += 2 {
+		if !strings.Contains(config, oldNew[i]) {
+			t.Fatalf("the shipped config no longer contains %q; update this test", oldNew[i])
+		}
+		config = strings.ReplaceAll(config, oldNew[i], oldNew[i+1])
+	}
+	return config
+}
+
+// Invalid DRAScope args stop bin/drascope-scheduler at start: exit code
+// non-zero, and the output names the field.
+func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
+	tests := map[string]struct {
+		oldNew []string
+		// The output is klog's, which quotes the error: match unquoted parts.
+		want []string
+	}{
+		"unknown field": {
+			oldNew: []string{"requireNamespaceLabel: true", "requireNamespaceLabels: true"},
+			want:   []string{".profiles[1].pluginConfig[0]", "unknown field", "adminAccess.requireNamespaceLabels"},
+		},
+		"invalid value": {
+			oldNew: []string{"      adminAccess:", "      bindingTimeout: 100ms\n      adminAccess:"},
+			want:   []string{"scheduler name drascope-scheduler", "pluginConfig[DRAScope].args.bindingTimeout: Invalid value", "100ms", "must be at least 1 second"},
+		},
+		"wrong type": {
+			oldNew: []string{"      adminAccess:", "      filterTimeout: [10s]\n      adminAccess:"},
+			want:   []string{".profiles[1].pluginConfig[0]", "DRAScopeArgs.filterTimeout"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			logName := "invalid-args-" + strings.ReplaceAll(name, " ", "-")
+			config, err := writeTempConfig(logName, shippedConfigWith(t, tc.oldNew...), env.schedulerKubeconfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := startSchedulerBinary(logName, "--config="+config, "--leader-elect=false", "--secure-port=0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-b.done:
+			case <-time.After(waitTimeout):
+				b.stop()
+				t.Fatalf("drascope-scheduler kept running with invalid args; output:\n%s", b.output())
+			}
+			var exitErr *exec.ExitError
+			if !errors.As(b.err, &exitErr) || exitErr.ExitCode() == 0 {
+				t.Fatalf("want a non-zero exit code, got %v; output:\n%s", b.err, b.output())
+			}
+			out := b.output()
+			for _, want := range tc.want {
+				if !strings.Contains(out, want) {
+					t.Errorf("output does not contain %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+// KEP-5018 (3): with DRAAdminAccess off (locked on in 1.37, so through
+// emulated version 1.35), admin access is refused and the pod stays pending
+// with a message naming the claim, the request and the gate. The binary runs
+// as deployed: shipped config (under its own profile name), leader election
+// on the shipped lease, the manifests' RBAC.
+func TestSchedulerBinaryAdminAccessGateOff(t *testing.T) {
+	const gateOffScheduler = "drascope-gate-off"
+	config, err := writeTempConfig("gate-off",
+		shippedConfigWith(t, "schedulerName: "+schedulerName, "schedulerName: "+gateOffScheduler),
+		env.schedulerKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := startSchedulerBinary("drascope-scheduler-gate-off",
+		"--config="+config,
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+filepath.Join(env.cp.dir, "gate-off-certs"),
+		"--authentication-kubeconfig="+env.schedulerKubeconfig,
+		"--authorization-kubeconfig="+env.schedulerKubeconfig,
+		"--emulated-version=1.35", "--feature-gates=DRAAdminAccess=false",
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.stop()
+		if t.Failed() {
+			t.Logf("drascope-scheduler output (last lines):\n%s", tail(b.output(), 60))
+		}
+	})
+
+	s := newScenario(t, adminNamespaceLabels)
+	s.addNode("gpus", 2)
+	s.addClaimTemplate("gpu", false)
+	s.addClaimTemplate("gpu-admin", true)
+
+	// An ordinary pod lands: the binary took the lease and schedules.
+	s.addPod("worker", gateOffScheduler, fromTemplate("gpu"))
+	s.waitForPodScheduled("worker")
+	lease, err := env.client.CoordinationV1().Leases(schedulerNamespace).Get(s.ctx, schedulerName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("leader election lease %s/%s: %v", schedulerNamespace, schedulerName, err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Errorf("lease %s/%s has no holder", schedulerNamespace, schedulerName)
+	}
+
+	s.addPod("monitor", gateOffScheduler, fromTemplate("gpu-admin"))
+	pod := s.waitForPodUnschedulable("monitor",
+		"request gpu: admin access is requested, but the DRAAdminAccess feature gate is disabled")
+	claim := s.podClaim(pod)
+	if c := scheduledCondition(pod); !strings.Contains(c.Message, "claim "+s.namespace+"/"+claim.Name+",") {
+		t.Errorf("message does not name the claim %s/%s: %s", s.namespace, claim.Name, c.Message)
+	}
+	if claim.Status.Allocation != nil {
+		t.Errorf("refused claim %s was allocated: %+v", claim.Name, claim.Status.Allocation)
+	}
+}
+
+func tail(text string, lines int) string {
+	all := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
