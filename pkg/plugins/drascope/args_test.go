@@ -1,0 +1,31 @@
+package drascope
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drascope/drascope/apis/config"
+)
+
+// A framework built without a DRAScope pluginConfig entry gets the same args
+// as a KubeSchedulerConfiguration without one (apis/config/v1 tests those).
+func TestDecodeArgsDefaultsNil(t *testing.T) {
+	got, err := decodeArgs(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &config.DRAScopeArgs{
+		FilterTimeout:  &metav1.Duration{Duration: 10 * time.Second},
+		BindingTimeout: &metav1.Duration{Duration: 600 * time.Second},
+		AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("args (-want +got):\n%s", diff)
+	}
+	if _, err := decodeArgs(&metav1.Status{}); err == nil {
+		t.Error("args of another type must be refused")
+	}
+}
