@@ -1,0 +1,503 @@
+package drausage
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+// MaxValidationErrors is how many validation messages a pool keeps; the rest
+// are only counted (PoolUsage.TruncatedErrorCount).
+const MaxValidationErrors = 10
+
+// PoolID names a pool: pool names are unique per driver only.
+type PoolID struct {
+	Driver string
+	Pool   string
+}
+
+func (id PoolID) String() string { return id.Driver + "/" + id.Pool }
+
+// DeviceState is what a device can do for a new claim right now.
+type DeviceState string
+
+const (
+	// DeviceAvailable can be allocated.
+	DeviceAvailable DeviceState = "Available"
+	// DeviceAllocated is held by at least one claim without admin access.
+	DeviceAllocated DeviceState = "Allocated"
+	// DevicePartiallyAllocated allows multiple allocations and has some, not
+	// all, of its capacity consumed. It counts as allocated too.
+	DevicePartiallyAllocated DeviceState = "PartiallyAllocated"
+	// DeviceUnavailable is free but cannot take an allocation now (Reason says why).
+	DeviceUnavailable DeviceState = "Unavailable"
+)
+
+// Reasons for DeviceUnavailable.
+const (
+	ReasonTainted           = "Tainted"
+	ReasonCountersExhausted = "CountersExhausted"
+)
+
+// Summary counts the devices of a pool. Available = Total - Allocated -
+// Unavailable; PartiallyAllocated devices are part of Allocated.
+type Summary struct {
+	Total              int
+	Allocated          int
+	Available          int
+	Unavailable        int
+	PartiallyAllocated int
+}
+
+// ClaimRef names the claim behind an allocation.
+type ClaimRef struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+}
+
+func (c ClaimRef) String() string { return c.Namespace + "/" + c.Name }
+
+// Allocation is one claim's result naming a device.
+type Allocation struct {
+	Claim            ClaimRef
+	Request          string
+	ShareID          *types.UID
+	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity
+}
+
+// DeviceUsage is one device of a pool and who uses it.
+type DeviceUsage struct {
+	Name  string
+	State DeviceState
+	// Reason says why an Unavailable device is: ReasonTainted,
+	// ReasonCountersExhausted, or a caller's reason (Options.Unavailable),
+	// followed by ": " and the detail.
+	Reason string
+	// Allocations hold the device in use.
+	Allocations []Allocation
+	// AdminAccess lists KEP-5018 observers: they never count as allocated.
+	AdminAccess []Allocation
+}
+
+// ValidationKind classifies a pool validation problem.
+type ValidationKind string
+
+const (
+	// MissingSlices: fewer slices at the pool's generation than resourceSliceCount.
+	MissingSlices ValidationKind = "MissingSlices"
+	// MixedGenerations: slices of an older generation are still present.
+	MixedGenerations ValidationKind = "MixedGenerations"
+	// DuplicateDevice: two slices of the pool publish the same device name.
+	DuplicateDevice ValidationKind = "DuplicateDevice"
+	// InconsistentSlices: the pool's slices disagree on resourceSliceCount or node.
+	InconsistentSlices ValidationKind = "InconsistentSlices"
+	// AllocationConflict: a device is held by more claims than it allows,
+	// as when two scheduler processes race for it.
+	AllocationConflict ValidationKind = "AllocationConflict"
+)
+
+// ValidationError is one problem found across a pool's slices and claims.
+type ValidationError struct {
+	Kind    ValidationKind
+	Message string
+}
+
+// PoolUsage is the availability of one pool.
+type PoolUsage struct {
+	PoolID
+	// NodeName is set when every slice of the pool names the same node;
+	// empty for pools not tied to one node (network-attached devices).
+	NodeName string
+	// Generation is the pool's highest generation; only its slices count.
+	Generation     int64
+	ObservedSlices int
+	ExpectedSlices int
+	Summary        Summary
+	// ValidationErrors holds at most MaxValidationErrors problems;
+	// TruncatedErrorCount counts the ones left out.
+	ValidationErrors    []ValidationError
+	TruncatedErrorCount int
+	// Devices, sorted by name.
+	Devices []DeviceUsage
+}
+
+// Complete reports whether every slice of the pool's generation is present.
+func (p *PoolUsage) Complete() bool { return p.ObservedSlices >= p.ExpectedSlices }
+
+// Valid reports whether the pool passed cross-slice and allocation
+// validation. Missing slices make a pool incomplete (Complete), not invalid.
+func (p *PoolUsage) Valid() bool {
+	for _, e := range p.ValidationErrors {
+		if e.Kind != MissingSlices {
+			return false
+		}
+	}
+	return p.TruncatedErrorCount == 0
+}
+
+// Options tune ComputePoolUsage.
+type Options struct {
+	// DeviceTaintRules taint devices in addition to the taints their slices
+	// carry; pass the cluster's rules, or nil when the slices are already
+	// patched (as the scheduler's slice tracker does).
+	DeviceTaintRules []*resourceapi.DeviceTaintRule
+	// Unavailable, when set, may report a free device as unable to take an
+	// allocation, with a reason such as "Unhealthy: <detail>".
+	Unavailable func(pool PoolID, device string) (reason string, unavailable bool)
+}
+
+// ComputePoolUsage counts every pool that the slices describe, sorted by
+// driver and pool name. Claims may name devices of any pool; results for
+// pools without slices are ignored. Neither input is modified.
+func ComputePoolUsage(resourceSlices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim, opts Options) []PoolUsage {
+	slicesByPool := map[PoolID][]*resourceapi.ResourceSlice{}
+	for _, slice := range resourceSlices {
+		if slice == nil {
+			continue
+		}
+		id := PoolID{Driver: slice.Spec.Driver, Pool: slice.Spec.Pool.Name}
+		slicesByPool[id] = append(slicesByPool[id], slice)
+	}
+	claimsByPool := ClaimsByPool(claims)
+	pools := make([]PoolUsage, 0, len(slicesByPool))
+	for id, poolSlices := range slicesByPool {
+		pools = append(pools, ComputePool(id, poolSlices, claimsByPool[id], opts))
+	}
+	slices.SortFunc(pools, func(a, b PoolUsage) int {
+		return cmp.Or(cmp.Compare(a.Driver, b.Driver), cmp.Compare(a.Pool, b.Pool))
+	})
+	return pools
+}
+
+// ClaimsByPool indexes allocated claims by every pool their results name.
+func ClaimsByPool(claims []*resourceapi.ResourceClaim) map[PoolID][]*resourceapi.ResourceClaim {
+	byPool := map[PoolID][]*resourceapi.ResourceClaim{}
+	for _, claim := range claims {
+		for _, id := range PoolsOf(claim) {
+			byPool[id] = append(byPool[id], claim)
+		}
+	}
+	return byPool
+}
+
+// PoolsOf returns the pools a claim's allocation names, each once.
+func PoolsOf(claim *resourceapi.ResourceClaim) []PoolID {
+	if claim == nil || claim.Status.Allocation == nil {
+		return nil
+	}
+	var ids []PoolID
+	for _, result := range claim.Status.Allocation.Devices.Results {
+		id := PoolID{Driver: result.Driver, Pool: result.Pool}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// device is a device of the pool's current generation while counting.
+type device struct {
+	spec        *resourceapi.Device
+	dedicated   int
+	shares      int
+	allocations []Allocation
+	admin       []Allocation
+	consumed    map[resourceapi.QualifiedName]resource.Quantity
+}
+
+// ComputePool counts one pool from its slices (of any generation) and the
+// claims whose allocations name it (others are ignored).
+func ComputePool(id PoolID, poolSlices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim, opts Options) PoolUsage {
+	usage := PoolUsage{PoolID: id}
+	errs := &errorList{}
+
+	current := currentGeneration(id, poolSlices, &usage, errs)
+	devices, names := collectDevices(current, errs)
+	collectAllocations(id, claims, devices)
+
+	counters := remainingCounters(current, devices)
+	for _, name := range names {
+		d := devices[name]
+		du := DeviceUsage{Name: name, Allocations: d.allocations, AdminAccess: d.admin}
+		if conflict := d.conflict(); conflict != "" {
+			errs.add(AllocationConflict, fmt.Sprintf("device %s/%s is %s", id, name, conflict))
+		}
+		switch {
+		case d.dedicated > 0 || d.shares > 0:
+			du.State = DeviceAllocated
+			if d.dedicated == 0 && d.partiallyConsumed() {
+				du.State = DevicePartiallyAllocated
+			}
+		default:
+			du.State, du.Reason = freeDeviceState(id, d, counters, opts)
+		}
+		usage.Devices = append(usage.Devices, du)
+		usage.Summary.count(du.State)
+	}
+	usage.Summary.Available = usage.Summary.Total - usage.Summary.Allocated - usage.Summary.Unavailable
+	usage.ValidationErrors, usage.TruncatedErrorCount = errs.kept, errs.truncated
+	return usage
+}
+
+// currentGeneration returns the slices at the pool's highest generation and
+// fills in generation, slice counts and node name.
+func currentGeneration(id PoolID, poolSlices []*resourceapi.ResourceSlice, usage *PoolUsage, errs *errorList) []*resourceapi.ResourceSlice {
+	var current []*resourceapi.ResourceSlice
+	older := 0
+	for _, slice := range poolSlices {
+		switch gen := slice.Spec.Pool.Generation; {
+		case len(current) == 0 || gen > usage.Generation:
+			older += len(current)
+			current = append(current[:0], slice)
+			usage.Generation = gen
+		case gen == usage.Generation:
+			current = append(current, slice)
+		default:
+			older++
+		}
+	}
+	// Slices in name order make messages and the choice among duplicates stable.
+	slices.SortFunc(current, func(a, b *resourceapi.ResourceSlice) int { return cmp.Compare(a.Name, b.Name) })
+	usage.ObservedSlices = len(current)
+	if older > 0 {
+		errs.add(MixedGenerations, fmt.Sprintf("pool %s: %d slice(s) of an older generation are ignored; the pool is at generation %d", id, older, usage.Generation))
+	}
+	nodes := map[string]bool{}
+	expected := map[int64]bool{}
+	for _, slice := range current {
+		nodes[ptr.Deref(slice.Spec.NodeName, "")] = true
+		expected[slice.Spec.Pool.ResourceSliceCount] = true
+		usage.ExpectedSlices = max(usage.ExpectedSlices, int(slice.Spec.Pool.ResourceSliceCount))
+	}
+	if len(expected) > 1 {
+		errs.add(InconsistentSlices, fmt.Sprintf("pool %s: slices of generation %d disagree on resourceSliceCount", id, usage.Generation))
+	}
+	if len(nodes) == 1 {
+		for node := range nodes {
+			usage.NodeName = node
+		}
+	} else if len(nodes) > 1 {
+		errs.add(InconsistentSlices, fmt.Sprintf("pool %s: slices of generation %d name different nodes", id, usage.Generation))
+	}
+	if usage.ObservedSlices < usage.ExpectedSlices {
+		errs.add(MissingSlices, fmt.Sprintf("pool %s is incomplete: %d of %d slices at generation %d", id, usage.ObservedSlices, usage.ExpectedSlices, usage.Generation))
+	}
+	return current
+}
+
+// collectDevices indexes the devices of the current slices by name; a name
+// published twice keeps the first slice's device and is reported.
+func collectDevices(current []*resourceapi.ResourceSlice, errs *errorList) (map[string]*device, []string) {
+	devices := map[string]*device{}
+	source := map[string]string{}
+	var names []string
+	for _, slice := range current {
+		for i := range slice.Spec.Devices {
+			spec := &slice.Spec.Devices[i]
+			if first, ok := source[spec.Name]; ok {
+				errs.add(DuplicateDevice, fmt.Sprintf("device %q is published by slices %s and %s", spec.Name, first, slice.Name))
+				continue
+			}
+			source[spec.Name] = slice.Name
+			devices[spec.Name] = &device{spec: spec}
+			names = append(names, spec.Name)
+		}
+	}
+	slices.Sort(names)
+	return devices, names
+}
+
+// collectAllocations records which claims hold which devices of the pool.
+func collectAllocations(id PoolID, claims []*resourceapi.ResourceClaim, devices map[string]*device) {
+	for _, claim := range claims {
+		if claim == nil || claim.Status.Allocation == nil {
+			continue
+		}
+		ref := ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+		for _, result := range claim.Status.Allocation.Devices.Results {
+			if result.Driver != id.Driver || result.Pool != id.Pool {
+				continue
+			}
+			d, ok := devices[result.Device]
+			if !ok {
+				// A device the pool no longer publishes: nothing to count.
+				continue
+			}
+			a := Allocation{Claim: ref, Request: result.Request, ShareID: result.ShareID, ConsumedCapacity: result.ConsumedCapacity}
+			switch {
+			case ptr.Deref(result.AdminAccess, false):
+				d.admin = append(d.admin, a)
+			case result.ShareID != nil:
+				d.shares++
+				d.allocations = append(d.allocations, a)
+				for name, q := range result.ConsumedCapacity {
+					if d.consumed == nil {
+						d.consumed = map[resourceapi.QualifiedName]resource.Quantity{}
+					}
+					sum := d.consumed[name]
+					sum.Add(q)
+					d.consumed[name] = sum
+				}
+			default:
+				d.dedicated++
+				d.allocations = append(d.allocations, a)
+			}
+		}
+	}
+}
+
+// conflict describes how the device is held by more claims than it allows,
+// or "" when it is not.
+func (d *device) conflict() string {
+	multiple := ptr.Deref(d.spec.AllowMultipleAllocations, false)
+	switch {
+	case d.dedicated > 1:
+		return fmt.Sprintf("allocated to %d claims without admin access", d.dedicated)
+	case d.dedicated > 0 && d.shares > 0:
+		return fmt.Sprintf("allocated to a claim and shared by %d other claim(s)", d.shares)
+	case d.shares > 1 && !multiple:
+		return fmt.Sprintf("shared by %d claims but does not allow multiple allocations", d.shares)
+	}
+	return ""
+}
+
+// partiallyConsumed reports whether a shared device can take more: some of
+// its capacity is left, or it has no capacity to run out of.
+func (d *device) partiallyConsumed() bool {
+	if len(d.spec.Capacity) == 0 {
+		return true
+	}
+	for name, capacity := range d.spec.Capacity {
+		consumed := d.consumed[name]
+		if consumed.Cmp(capacity.Value) < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// counterKey names one counter of one counter set of the pool.
+type counterKey struct{ set, counter string }
+
+// remainingCounters subtracts what allocated devices consume from the pool's
+// shared counters (partitionable devices).
+func remainingCounters(current []*resourceapi.ResourceSlice, devices map[string]*device) map[counterKey]resource.Quantity {
+	remaining := map[counterKey]resource.Quantity{}
+	for _, slice := range current {
+		for _, set := range slice.Spec.SharedCounters {
+			for name, counter := range set.Counters {
+				remaining[counterKey{set.Name, name}] = counter.Value.DeepCopy()
+			}
+		}
+	}
+	if len(remaining) == 0 {
+		return remaining
+	}
+	for _, d := range devices {
+		if d.dedicated == 0 && d.shares == 0 {
+			continue
+		}
+		for _, consumption := range d.spec.ConsumesCounters {
+			for name, counter := range consumption.Counters {
+				key := counterKey{consumption.CounterSet, name}
+				if left, ok := remaining[key]; ok {
+					left.Sub(counter.Value)
+					remaining[key] = left
+				}
+			}
+		}
+	}
+	return remaining
+}
+
+// freeDeviceState decides whether a device nobody holds can take an allocation.
+func freeDeviceState(id PoolID, d *device, counters map[counterKey]resource.Quantity, opts Options) (DeviceState, string) {
+	if taint := blockingTaint(id, d.spec, opts.DeviceTaintRules); taint != nil {
+		return DeviceUnavailable, fmt.Sprintf("%s: %s=%s:%s", ReasonTainted, taint.Key, taint.Value, taint.Effect)
+	}
+	for _, consumption := range d.spec.ConsumesCounters {
+		for _, name := range sortedKeys(consumption.Counters) {
+			left, ok := counters[counterKey{consumption.CounterSet, name}]
+			if ok && left.Cmp(consumption.Counters[name].Value) < 0 {
+				return DeviceUnavailable, fmt.Sprintf("%s: counter %s/%s has %s left, the device needs %s",
+					ReasonCountersExhausted, consumption.CounterSet, name, left.String(), ptr.To(consumption.Counters[name].Value).String())
+			}
+		}
+	}
+	if opts.Unavailable != nil {
+		if reason, unavailable := opts.Unavailable(id, d.spec.Name); unavailable {
+			return DeviceUnavailable, reason
+		}
+	}
+	return DeviceAvailable, ""
+}
+
+// blockingTaint returns a NoSchedule or NoExecute taint on the device, from
+// its slice or from a DeviceTaintRule that selects it, or nil.
+func blockingTaint(id PoolID, spec *resourceapi.Device, rules []*resourceapi.DeviceTaintRule) *resourceapi.DeviceTaint {
+	for i := range spec.Taints {
+		if blocks(spec.Taints[i].Effect) {
+			return &spec.Taints[i]
+		}
+	}
+	for _, rule := range rules {
+		sel := rule.Spec.DeviceSelector
+		if !blocks(rule.Spec.Taint.Effect) || sel == nil ||
+			(sel.Driver != nil && *sel.Driver != id.Driver) ||
+			(sel.Pool != nil && *sel.Pool != id.Pool) ||
+			(sel.Device != nil && *sel.Device != spec.Name) {
+			continue
+		}
+		return &resourceapi.DeviceTaint{Key: rule.Spec.Taint.Key, Value: rule.Spec.Taint.Value, Effect: rule.Spec.Taint.Effect}
+	}
+	return nil
+}
+
+func blocks(effect resourceapi.DeviceTaintEffect) bool {
+	return effect == resourceapi.DeviceTaintEffectNoSchedule || effect == resourceapi.DeviceTaintEffectNoExecute
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func (s *Summary) count(state DeviceState) {
+	s.Total++
+	switch state {
+	case DeviceAllocated:
+		s.Allocated++
+	case DevicePartiallyAllocated:
+		s.Allocated++
+		s.PartiallyAllocated++
+	case DeviceUnavailable:
+		s.Unavailable++
+	}
+}
+
+// errorList keeps the first MaxValidationErrors errors and counts the rest.
+type errorList struct {
+	kept      []ValidationError
+	truncated int
+}
+
+func (l *errorList) add(kind ValidationKind, message string) {
+	if len(l.kept) < MaxValidationErrors {
+		l.kept = append(l.kept, ValidationError{Kind: kind, Message: message})
+		return
+	}
+	l.truncated++
+}
+
+// String renders errors one per line, for logs and events.
+func (e ValidationError) String() string { return string(e.Kind) + ": " + e.Message }

@@ -1,0 +1,301 @@
+package drausage
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+const testDriver = "gpu.example.com"
+
+func slice(name, pool string, generation, count int64, devices ...resourceapi.Device) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   testDriver,
+			Pool:     resourceapi.ResourcePool{Name: pool, Generation: generation, ResourceSliceCount: count},
+			NodeName: ptr.To(pool),
+			Devices:  devices,
+		},
+	}
+}
+
+func dev(name string) resourceapi.Device { return resourceapi.Device{Name: name} }
+
+func devs(names ...string) []resourceapi.Device {
+	out := make([]resourceapi.Device, len(names))
+	for i, n := range names {
+		out[i] = dev(n)
+	}
+	return out
+}
+
+type res = resourceapi.DeviceRequestAllocationResult
+
+func onDevice(pool, device string) res {
+	return res{Request: "gpu", Driver: testDriver, Pool: pool, Device: device}
+}
+
+func allocated(name string, results ...res) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: results},
+		}},
+	}
+}
+
+func admin(r res) res            { r.AdminAccess = ptr.To(true); return r }
+func share(r res, id string) res { r.ShareID = ptr.To(types.UID(id)); return r }
+func consume(r res, q string) res {
+	r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(q)}
+	return r
+}
+func states(p PoolUsage) map[string]string {
+	out := map[string]string{}
+	for _, d := range p.Devices {
+		out[d.Name] = string(d.State)
+		if d.Reason != "" {
+			out[d.Name] += " (" + strings.SplitN(d.Reason, ":", 2)[0] + ")"
+		}
+	}
+	return out
+}
+
+func kinds(p PoolUsage) []ValidationKind {
+	var out []ValidationKind
+	for _, e := range p.ValidationErrors {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+func TestComputePoolUsage(t *testing.T) {
+	shared := dev("shared")
+	shared.AllowMultipleAllocations = ptr.To(true)
+	shared.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("8Gi")}}
+	tainted := dev("tainted")
+	tainted.Taints = []resourceapi.DeviceTaint{{Key: "broken", Value: "fan", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	prefer := dev("prefer-not")
+	prefer.Taints = []resourceapi.DeviceTaint{{Key: "slow", Effect: resourceapi.DeviceTaintEffectNone}}
+
+	// Partitionable: one counter set of 4 memory slices; "whole" needs 4,
+	// each "half-*" needs 2.
+	counters := slice("node-1-counters", "node-1", 1, 2)
+	counters.Spec.Devices = nil
+	counters.Spec.SharedCounters = []resourceapi.CounterSet{{Name: "gpu-0", Counters: map[string]resourceapi.Counter{"mem": {Value: resource.MustParse("4")}}}}
+	partition := func(name, amount string) resourceapi.Device {
+		d := dev(name)
+		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: "gpu-0", Counters: map[string]resourceapi.Counter{"mem": {Value: resource.MustParse(amount)}}}}
+		return d
+	}
+	partitions := slice("node-1-devices", "node-1", 1, 2, partition("whole", "4"), partition("half-a", "2"), partition("half-b", "2"))
+
+	tests := map[string]struct {
+		slices     []*resourceapi.ResourceSlice
+		claims     []*resourceapi.ResourceClaim
+		opts       Options
+		wantStates map[string]string
+		wantSum    Summary
+		wantErrs   []ValidationKind
+		complete   bool
+		valid      bool
+	}{
+		"free pool": {
+			slices:     []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1")...)},
+			wantStates: map[string]string{"gpu-0": "Available", "gpu-1": "Available"},
+			wantSum:    Summary{Total: 2, Available: 2},
+			complete:   true, valid: true,
+		},
+		"allocated device, claims for other pools ignored": {
+			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1")...)},
+			claims: []*resourceapi.ResourceClaim{
+				allocated("a", onDevice("node-1", "gpu-0")),
+				allocated("elsewhere", onDevice("node-2", "gpu-1")),
+				{ObjectMeta: metav1.ObjectMeta{Name: "pending"}},
+			},
+			wantStates: map[string]string{"gpu-0": "Allocated", "gpu-1": "Available"},
+			wantSum:    Summary{Total: 2, Allocated: 1, Available: 1},
+			complete:   true, valid: true,
+		},
+		"admin access never counts": {
+			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1")...)},
+			claims: []*resourceapi.ResourceClaim{
+				allocated("ordinary", onDevice("node-1", "gpu-0")),
+				allocated("monitor-0", admin(onDevice("node-1", "gpu-0"))),
+				allocated("monitor-1", admin(onDevice("node-1", "gpu-1"))),
+			},
+			wantStates: map[string]string{"gpu-0": "Allocated", "gpu-1": "Available"},
+			wantSum:    Summary{Total: 2, Allocated: 1, Available: 1},
+			complete:   true, valid: true,
+		},
+		"only the highest generation counts": {
+			slices: []*resourceapi.ResourceSlice{
+				slice("old", "node-1", 1, 1, devs("gpu-0", "gpu-1", "gpu-2")...),
+				slice("new", "node-1", 2, 1, devs("gpu-0")...),
+			},
+			wantStates: map[string]string{"gpu-0": "Available"},
+			wantSum:    Summary{Total: 1, Available: 1},
+			wantErrs:   []ValidationKind{MixedGenerations},
+			complete:   true, valid: false,
+		},
+		"several slices aggregate": {
+			slices: []*resourceapi.ResourceSlice{
+				slice("s-0", "node-1", 1, 2, devs("gpu-0")...),
+				slice("s-1", "node-1", 1, 2, devs("gpu-1")...),
+			},
+			wantStates: map[string]string{"gpu-0": "Available", "gpu-1": "Available"},
+			wantSum:    Summary{Total: 2, Available: 2},
+			complete:   true, valid: true,
+		},
+		"missing slice: incomplete, still valid": {
+			slices:     []*resourceapi.ResourceSlice{slice("s-0", "node-1", 1, 3, devs("gpu-0")...)},
+			wantStates: map[string]string{"gpu-0": "Available"},
+			wantSum:    Summary{Total: 1, Available: 1},
+			wantErrs:   []ValidationKind{MissingSlices},
+			complete:   false, valid: true,
+		},
+		"duplicate device names": {
+			slices: []*resourceapi.ResourceSlice{
+				slice("s-0", "node-1", 1, 2, devs("gpu-0", "gpu-1")...),
+				slice("s-1", "node-1", 1, 2, devs("gpu-1")...),
+			},
+			wantStates: map[string]string{"gpu-0": "Available", "gpu-1": "Available"},
+			wantSum:    Summary{Total: 2, Available: 2},
+			wantErrs:   []ValidationKind{DuplicateDevice},
+			complete:   true, valid: false,
+		},
+		"taints: NoSchedule on a free device; None is no taint; an allocated tainted device stays allocated": {
+			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, tainted, prefer, dev("gpu-0"), dev("ruled"), dev("ruled-busy"))},
+			claims: []*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "ruled-busy"))},
+			opts: Options{DeviceTaintRules: []*resourceapi.DeviceTaintRule{
+				{Spec: resourceapi.DeviceTaintRuleSpec{
+					DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(testDriver), Pool: ptr.To("node-1"), Device: ptr.To("ruled")},
+					Taint:          resourceapi.DeviceTaint{Key: "maintenance", Effect: resourceapi.DeviceTaintEffectNoExecute},
+				}},
+				{Spec: resourceapi.DeviceTaintRuleSpec{
+					DeviceSelector: &resourceapi.DeviceTaintSelector{Device: ptr.To("ruled-busy")},
+					Taint:          resourceapi.DeviceTaint{Key: "maintenance", Effect: resourceapi.DeviceTaintEffectNoExecute},
+				}},
+				{Spec: resourceapi.DeviceTaintRuleSpec{
+					DeviceSelector: &resourceapi.DeviceTaintSelector{Pool: ptr.To("other-pool")},
+					Taint:          resourceapi.DeviceTaint{Key: "elsewhere", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+				}},
+			}},
+			wantStates: map[string]string{
+				"tainted": "Unavailable (Tainted)", "prefer-not": "Available", "gpu-0": "Available",
+				"ruled": "Unavailable (Tainted)", "ruled-busy": "Allocated",
+			},
+			wantSum:  Summary{Total: 5, Allocated: 1, Unavailable: 2, Available: 2},
+			complete: true, valid: true,
+		},
+		"consumable capacity: partially, then fully allocated": {
+			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, shared, func() resourceapi.Device { d := shared; d.Name = "shared-full"; return d }())},
+			claims: []*resourceapi.ResourceClaim{
+				allocated("a", consume(share(onDevice("node-1", "shared"), "1"), "2Gi")),
+				allocated("b", consume(share(onDevice("node-1", "shared"), "2"), "2Gi")),
+				allocated("c", consume(share(onDevice("node-1", "shared-full"), "3"), "6Gi")),
+				allocated("d", consume(share(onDevice("node-1", "shared-full"), "4"), "2Gi")),
+			},
+			wantStates: map[string]string{"shared": "PartiallyAllocated", "shared-full": "Allocated"},
+			wantSum:    Summary{Total: 2, Allocated: 2, PartiallyAllocated: 1},
+			complete:   true, valid: true,
+		},
+		"partitionable: counters exhausted by other allocations": {
+			slices:     []*resourceapi.ResourceSlice{counters, partitions},
+			claims:     []*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "half-a"))},
+			wantStates: map[string]string{"whole": "Unavailable (CountersExhausted)", "half-a": "Allocated", "half-b": "Available"},
+			wantSum:    Summary{Total: 3, Allocated: 1, Unavailable: 1, Available: 1},
+			complete:   true, valid: true,
+		},
+		"conflict: one device allocated to two claims": {
+			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0")...)},
+			claims: []*resourceapi.ResourceClaim{
+				allocated("first", onDevice("node-1", "gpu-0")),
+				allocated("second", onDevice("node-1", "gpu-0")),
+			},
+			wantStates: map[string]string{"gpu-0": "Allocated"},
+			wantSum:    Summary{Total: 1, Allocated: 1},
+			wantErrs:   []ValidationKind{AllocationConflict},
+			complete:   true, valid: false,
+		},
+		"caller-reported unavailability, only for free devices": {
+			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1", "gpu-2")...)},
+			claims: []*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "gpu-1"))},
+			opts: Options{Unavailable: func(_ PoolID, device string) (string, bool) {
+				return "Unhealthy: fan", device != "gpu-2"
+			}},
+			wantStates: map[string]string{"gpu-0": "Unavailable (Unhealthy)", "gpu-1": "Allocated", "gpu-2": "Available"},
+			wantSum:    Summary{Total: 3, Allocated: 1, Unavailable: 1, Available: 1},
+			complete:   true, valid: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pools := ComputePoolUsage(tc.slices, tc.claims, tc.opts)
+			if len(pools) != 1 {
+				t.Fatalf("want 1 pool, got %d", len(pools))
+			}
+			p := pools[0]
+			if diff := cmp.Diff(tc.wantStates, states(p)); diff != "" {
+				t.Errorf("device states (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantSum, p.Summary); diff != "" {
+				t.Errorf("summary (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantErrs, kinds(p)); diff != "" {
+				t.Errorf("validation errors (-want +got):\n%s\n%v", diff, p.ValidationErrors)
+			}
+			if p.Complete() != tc.complete || p.Valid() != tc.valid {
+				t.Errorf("complete=%v valid=%v, want %v %v", p.Complete(), p.Valid(), tc.complete, tc.valid)
+			}
+		})
+	}
+}
+
+func TestConflictMessageNamesTheDeviceNotTheClaims(t *testing.T) {
+	pools := ComputePoolUsage(
+		[]*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0")...)},
+		[]*resourceapi.ResourceClaim{allocated("secret-a", onDevice("node-1", "gpu-0")), allocated("secret-b", onDevice("node-1", "gpu-0"))},
+		Options{})
+	msg := pools[0].ValidationErrors[0].Message
+	if !strings.Contains(msg, "gpu.example.com/node-1/gpu-0") || strings.Contains(msg, "secret") {
+		t.Errorf("conflict message must name the device and no claim: %q", msg)
+	}
+}
+
+func TestValidationErrorsAreTruncated(t *testing.T) {
+	var slices []*resourceapi.ResourceSlice
+	for i := range 15 {
+		slices = append(slices, slice(string(rune('a'+i)), "node-1", 1, 15, devs("same")...))
+	}
+	p := ComputePoolUsage(slices, nil, Options{})[0]
+	if len(p.ValidationErrors) != MaxValidationErrors || p.TruncatedErrorCount != 4 {
+		t.Errorf("kept %d errors and counted %d more, want %d and 4", len(p.ValidationErrors), p.TruncatedErrorCount, MaxValidationErrors)
+	}
+	if p.Valid() {
+		t.Error("a pool with duplicate devices is not valid")
+	}
+}
+
+func TestPoolsNotTiedToANode(t *testing.T) {
+	s0 := slice("fabric-0", "fabric", 1, 2, devs("nic-0")...)
+	s1 := slice("fabric-1", "fabric", 1, 2, devs("nic-1")...)
+	s0.Spec.NodeName, s1.Spec.NodeName = nil, nil
+	s0.Spec.AllNodes, s1.Spec.AllNodes = ptr.To(true), ptr.To(true)
+	other := slice("node-2", "node-2", 1, 1, devs("gpu-0")...)
+	pools := ComputePoolUsage([]*resourceapi.ResourceSlice{other, s1, s0}, nil, Options{})
+	got := []string{}
+	for _, p := range pools {
+		got = append(got, p.String()+"@"+p.NodeName)
+	}
+	if diff := cmp.Diff([]string{"gpu.example.com/fabric@", "gpu.example.com/node-2@node-2"}, got); diff != "" {
+		t.Errorf("pools (-want +got):\n%s", diff)
+	}
+}
