@@ -8,7 +8,7 @@ header=hack/boilerplate.go.txt
 gen() { go run "k8s.io/code-generator/cmd/$1" "${@:2}"; }
 
 gen deepcopy-gen --go-header-file "$header" --output-file zz_generated.deepcopy.go \
-  ./apis/config ./apis/config/v1
+  ./apis/config ./apis/config/v1 ./apis/resourcepool/v1alpha1
 gen defaulter-gen --go-header-file "$header" --output-file zz_generated.defaults.go \
   ./apis/config/v1
 gen conversion-gen --go-header-file "$header" --output-file zz_generated.conversion.go \

@@ -21,6 +21,9 @@ type DRAScopeArgs struct {
 
 	// AdminAccess configures the KEP-5018 guards that drascope adds.
 	AdminAccess AdminAccessArgs
+
+	// PoolStatus configures pool availability reporting (KEP-5677).
+	PoolStatus PoolStatusArgs
 }
 
 // AdminAccessArgs configures how DRAScope treats claims with admin access.
@@ -29,4 +32,13 @@ type AdminAccessArgs struct {
 	// an admin-access request when the claim's namespace does not carry the
 	// label resource.kubernetes.io/admin-access: "true".
 	RequireNamespaceLabel bool
+}
+
+// PoolStatusArgs configures how pool availability is reported.
+type PoolStatusArgs struct {
+	// PublishResourcePools writes a ResourcePool object per pool.
+	PublishResourcePools bool
+	// MinPublishInterval is the least time between two writes of one
+	// ResourcePool; changes in between are coalesced.
+	MinPublishInterval metav1.Duration
 }

@@ -34,6 +34,7 @@ type scenario struct {
 	ctx       context.Context
 	namespace string
 	nodes     []string
+	slices    []string
 }
 
 func newScenario(t *testing.T, namespaceLabels map[string]string) *scenario {
@@ -68,8 +69,10 @@ func (s *scenario) cleanUp() {
 	// Without a kubelet, only a zero grace period deletes a bound pod.
 	_ = env.client.CoreV1().Pods(s.namespace).DeleteCollection(ctx,
 		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	for _, slice := range s.slices {
+		_ = env.client.ResourceV1().ResourceSlices().Delete(ctx, slice, metav1.DeleteOptions{})
+	}
 	for _, node := range s.nodes {
-		_ = env.client.ResourceV1().ResourceSlices().Delete(ctx, sliceName(node), metav1.DeleteOptions{})
 		_ = env.client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
 	}
 }
@@ -103,22 +106,38 @@ func (s *scenario) addNode(suffix string, gpus int) string {
 	if gpus == 0 {
 		return name
 	}
-	devices := make([]resourceapi.Device, gpus)
-	for i := range devices {
-		devices[i] = resourceapi.Device{Name: fmt.Sprintf("gpu-%d", i)}
-	}
-	if _, err := env.client.ResourceV1().ResourceSlices().Create(s.ctx, &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: sliceName(name)},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   driverName,
-			Pool:     resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
-			NodeName: &name,
-			Devices:  devices,
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		s.t.Fatalf("creating ResourceSlice for node %s: %v", name, err)
-	}
+	s.addSlice(sliceName(name), resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1}, &name, gpuNames(0, gpus)...)
 	return name
+}
+
+func gpuNames(from, to int) []string {
+	var names []string
+	for i := from; i < to; i++ {
+		names = append(names, fmt.Sprintf("gpu-%d", i))
+	}
+	return names
+}
+
+// addSlice publishes devices of driver gpu.example.com in a slice; it is
+// deleted when the test ends.
+func (s *scenario) addSlice(name string, pool resourceapi.ResourcePool, node *string, devices ...string) *resourceapi.ResourceSlice {
+	s.t.Helper()
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourceapi.ResourceSliceSpec{Driver: driverName, Pool: pool, NodeName: node},
+	}
+	if node == nil {
+		slice.Spec.AllNodes = ptr.To(true)
+	}
+	for _, d := range devices {
+		slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{Name: d})
+	}
+	created, err := env.client.ResourceV1().ResourceSlices().Create(s.ctx, slice, metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatalf("creating ResourceSlice %s: %v", name, err)
+	}
+	s.slices = append(s.slices, name)
+	return created
 }
 
 func gpuClaimSpec(adminAccess bool) resourceapi.ResourceClaimSpec {

@@ -38,11 +38,18 @@ var env struct {
 	schedulerConfig string
 	// schedulerLog is where the in-process scheduler's klog output goes.
 	schedulerLog string
+	// schedulerPort serves the in-process scheduler's /healthz and /metrics.
+	schedulerPort int
+	// schedulerStarts counts in-process starts (a test restarts it).
+	schedulerStarts int
+	// stopScheduler stops the in-process scheduler.
+	stopScheduler func()
 }
 
 const (
 	repoRoot           = "../.."
 	manifestsDir       = repoRoot + "/manifests/scheduler"
+	crdsDir            = repoRoot + "/manifests/crds"
 	driverName         = "gpu.example.com"
 	deviceClassName    = "gpu.example.com"
 	schedulerName      = "drascope-scheduler"
@@ -65,13 +72,16 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer env.cp.stop()
-	stopScheduler, err := startInProcessScheduler(ctx)
+	stop, err := startInProcessScheduler(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting drascope-scheduler in-process: %v\n(scheduler log: %s)\n", err, env.schedulerLog)
 		return 1
 	}
+	env.stopScheduler = stop
 	code := m.Run()
-	stopScheduler()
+	if env.stopScheduler != nil {
+		env.stopScheduler()
+	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "logs: %s (set DRASCOPE_KEEP_TEST_DATA=1 to keep them)\n", env.cp.dir)
 	}
@@ -101,8 +111,12 @@ func setUp(ctx context.Context) error {
 		return err
 	}
 
-	for _, file := range []string{"serviceaccount.yaml", "rbac.yaml"} {
-		if err := applyManifest(ctx, env.client, filepath.Join(manifestsDir, file)); err != nil {
+	for _, file := range []string{
+		filepath.Join(crdsDir, "resourcepools.drascope.dev.yaml"),
+		filepath.Join(manifestsDir, "serviceaccount.yaml"),
+		filepath.Join(manifestsDir, "rbac.yaml"),
+	} {
+		if err := applyManifest(ctx, env.client, file); err != nil {
 			return err
 		}
 	}

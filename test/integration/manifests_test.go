@@ -15,7 +15,46 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"time"
 )
+
+// manifestCodecs decodes everything the shipped manifests hold.
+var manifestCodecs = func() serializer.CodecFactory {
+	s := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	return serializer.NewCodecFactory(s)
+}()
+
+// installCRD creates a CRD and waits until it is served.
+func installCRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
+	client, err := apiextensionsclient.NewForConfig(env.cp.admin)
+	if err != nil {
+		return err
+	}
+	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
 
 // applyManifest creates every object of a shipped manifest file, exactly as
 // written there.
@@ -36,7 +75,7 @@ func applyManifest(ctx context.Context, client kubernetes.Interface, path string
 		if len(bytes.TrimSpace(doc)) == 0 {
 			continue
 		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		obj, _, err := manifestCodecs.UniversalDeserializer().Decode(doc, nil, nil)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
@@ -52,6 +91,8 @@ func applyManifest(ctx context.Context, client kubernetes.Interface, path string
 			_, err = client.RbacV1().Roles(o.Namespace).Create(ctx, o, create)
 		case *rbacv1.RoleBinding:
 			_, err = client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, create)
+		case *apiextensionsv1.CustomResourceDefinition:
+			err = installCRD(ctx, o)
 		default:
 			return fmt.Errorf("%s: the test harness does not know how to create %T", path, obj)
 		}

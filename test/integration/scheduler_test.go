@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/configz"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
@@ -30,6 +31,7 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	env.schedulerStarts++
 	opts := options.NewOptions()
 	fs := pflag.NewFlagSet("drascope-scheduler", pflag.ContinueOnError)
 	for _, f := range opts.Flags.FlagSets {
@@ -52,7 +54,8 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 	if err := opts.ComponentGlobalsRegistry.Set(); err != nil {
 		return nil, err
 	}
-	if opts.InformerName, err = cache.NewInformerName("drascope-scheduler"); err != nil {
+	// Informer names are registered process-wide; a restarted scheduler gets a new one.
+	if opts.InformerName, err = cache.NewInformerName(fmt.Sprintf("drascope-scheduler-%d", env.schedulerStarts)); err != nil {
 		return nil, err
 	}
 
@@ -71,12 +74,15 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 		cancel()
 		return nil, err
 	}
+	env.schedulerPort = port
 	return func() {
 		cancel()
 		select {
 		case <-errCh:
 		case <-time.After(30 * time.Second):
 		}
+		// app.Run registers the config once per process; free it for a restart.
+		configz.Delete("componentconfig")
 	}, nil
 }
 

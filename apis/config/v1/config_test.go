@@ -53,6 +53,8 @@ profiles:
 	return nil, nil
 }
 
+var defaultPoolStatus = config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}}
+
 func TestLoadArgs(t *testing.T) {
 	tests := map[string]struct {
 		pluginConfig string
@@ -64,6 +66,7 @@ func TestLoadArgs(t *testing.T) {
 				FilterTimeout:  &metav1.Duration{Duration: 10 * time.Second},
 				BindingTimeout: &metav1.Duration{Duration: 600 * time.Second},
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
+				PoolStatus:     defaultPoolStatus,
 			},
 		},
 		"explicit values are kept": {
@@ -74,11 +77,15 @@ func TestLoadArgs(t *testing.T) {
       bindingTimeout: 2m
       adminAccess:
         requireNamespaceLabel: false
+      poolStatus:
+        publishResourcePools: false
+        minPublishInterval: 250ms
 `,
 			want: &config.DRAScopeArgs{
 				FilterTimeout:  &metav1.Duration{Duration: 3 * time.Second},
 				BindingTimeout: &metav1.Duration{Duration: 2 * time.Minute},
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: false},
+				PoolStatus:     config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: 250 * time.Millisecond}},
 			},
 		},
 		"zero filterTimeout disables the limit and is kept": {
@@ -91,6 +98,7 @@ func TestLoadArgs(t *testing.T) {
 				FilterTimeout:  &metav1.Duration{},
 				BindingTimeout: &metav1.Duration{Duration: 600 * time.Second},
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
+				PoolStatus:     defaultPoolStatus,
 			},
 		},
 		"unknown top-level field": {

@@ -1,10 +1,16 @@
 package v1
 
 import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	schedconfigv1 "k8s.io/kube-scheduler/config/v1"
 	upstreamdefaults "k8s.io/kubernetes/pkg/scheduler/apis/config/v1"
 	"k8s.io/utils/ptr"
 )
+
+// DefaultMinPublishInterval is the default of poolStatus.minPublishInterval.
+const DefaultMinPublishInterval = time.Second
 
 // SetDefaults_DRAScopeArgs fills unset fields. The two timeouts take the
 // upstream DynamicResources defaults, which depend on feature gates, by
@@ -20,5 +26,11 @@ func SetDefaults_DRAScopeArgs(obj *DRAScopeArgs) {
 
 	if obj.AdminAccess.RequireNamespaceLabel == nil {
 		obj.AdminAccess.RequireNamespaceLabel = ptr.To(true)
+	}
+	if obj.PoolStatus.PublishResourcePools == nil {
+		obj.PoolStatus.PublishResourcePools = ptr.To(true)
+	}
+	if obj.PoolStatus.MinPublishInterval == nil {
+		obj.PoolStatus.MinPublishInterval = &metav1.Duration{Duration: DefaultMinPublishInterval}
 	}
 }

@@ -26,6 +26,10 @@ type DRAScopeArgs struct {
 	// AdminAccess configures the KEP-5018 guards that drascope adds.
 	// +optional
 	AdminAccess AdminAccessArgs `json:"adminAccess"`
+
+	// PoolStatus configures pool availability reporting (KEP-5677).
+	// +optional
+	PoolStatus PoolStatusArgs `json:"poolStatus"`
 }
 
 // AdminAccessArgs configures how DRAScope treats claims with admin access.
@@ -35,4 +39,17 @@ type AdminAccessArgs struct {
 	// label resource.kubernetes.io/admin-access: "true". Default true.
 	// +optional
 	RequireNamespaceLabel *bool `json:"requireNamespaceLabel,omitempty"`
+}
+
+// PoolStatusArgs configures how pool availability is reported.
+type PoolStatusArgs struct {
+	// PublishResourcePools writes a ResourcePool object (drascope.dev/v1alpha1)
+	// per pool, from the replica that holds the publisher lease. Default true.
+	// +optional
+	PublishResourcePools *bool `json:"publishResourcePools,omitempty"`
+	// MinPublishInterval is the least time between two writes of one
+	// ResourcePool; changes in between are coalesced into the next write.
+	// Default 1s; must be positive.
+	// +optional
+	MinPublishInterval *metav1.Duration `json:"minPublishInterval,omitempty"`
 }

@@ -23,6 +23,10 @@ func ValidateDRAScopeArgs(path *field.Path, args *config.DRAScopeArgs, fts featu
 		FilterTimeout:  args.FilterTimeout,
 		BindingTimeout: args.BindingTimeout,
 	}
+	if args.PoolStatus.MinPublishInterval.Duration <= 0 {
+		allErrs = append(allErrs, field.Invalid(path.Child("poolStatus", "minPublishInterval"),
+			args.PoolStatus.MinPublishInterval.Duration.String(), "must be positive"))
+	}
 	err := schedvalidation.ValidateDynamicResourcesArgs(path, upstream, fts)
 	if err == nil {
 		return allErrs

@@ -19,10 +19,22 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 	}
 	path := field.NewPath("pluginConfig").Key("DRAScope").Child("args")
 	tests := map[string]struct {
-		args     config.DRAScopeArgs
-		fts      feature.Features
-		wantErrs []string
+		args             config.DRAScopeArgs
+		keepZeroInterval bool
+		fts              feature.Features
+		wantErrs         []string
 	}{
+		"zero minPublishInterval": {
+			args:             config.DRAScopeArgs{},
+			keepZeroInterval: true,
+			fts:              allGates,
+			wantErrs:         []string{`pluginConfig[DRAScope].args.poolStatus.minPublishInterval: Invalid value: "0s": must be positive`},
+		},
+		"negative minPublishInterval": {
+			args:     config.DRAScopeArgs{PoolStatus: config.PoolStatusArgs{MinPublishInterval: metav1.Duration{Duration: -time.Second}}},
+			fts:      allGates,
+			wantErrs: []string{`pluginConfig[DRAScope].args.poolStatus.minPublishInterval: Invalid value: "-1s": must be positive`},
+		},
 		"valid": {
 			args: config.DRAScopeArgs{
 				FilterTimeout:  &metav1.Duration{Duration: 10 * time.Second},
@@ -58,6 +70,9 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			if tc.args.PoolStatus.MinPublishInterval.Duration == 0 && !tc.keepZeroInterval {
+				tc.args.PoolStatus.MinPublishInterval.Duration = time.Second
+			}
 			errs := ValidateDRAScopeArgs(path, &tc.args, tc.fts)
 			if len(errs) != len(tc.wantErrs) {
 				t.Fatalf("want %d errors %q, got %d: %v", len(tc.wantErrs), tc.wantErrs, len(errs), errs)

@@ -21,6 +21,7 @@ func TestDecodeArgsDefaultsNil(t *testing.T) {
 		FilterTimeout:  &metav1.Duration{Duration: 10 * time.Second},
 		BindingTimeout: &metav1.Duration{Duration: 600 * time.Second},
 		AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
+		PoolStatus:     config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("args (-want +got):\n%s", diff)

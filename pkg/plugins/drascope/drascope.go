@@ -76,7 +76,11 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, er
 	var handle fwk.Handle = fh
 	var claims fwk.ResourceClaimTracker
 	if fts.EnableDynamicResourceAllocation {
-		manager := newDRAManager(fh.SharedDRAManager())
+		pools, err := poolCacheFor(ctx, fh, args)
+		if err != nil {
+			return nil, err
+		}
+		manager := newDRAManager(fh.SharedDRAManager(), pools)
 		handle = &decoratedHandle{Handle: fh, draManager: manager}
 		claims = manager.ResourceClaims()
 	}

@@ -1,0 +1,91 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ResourcePool reports the availability of one DRA pool: the devices its
+// ResourceSlices publish, and how many of them claims hold. It names no
+// claim, so reading it reveals nothing about other namespaces.
+type ResourcePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ResourcePoolSpec   `json:"spec"`
+	Status ResourcePoolStatus `json:"status,omitempty"`
+}
+
+// ResourcePoolSpec identifies the pool. It is immutable.
+type ResourcePoolSpec struct {
+	// Driver is the DRA driver that publishes the pool.
+	Driver string `json:"driver"`
+	// PoolName is the pool's name, unique per driver.
+	PoolName string `json:"poolName"`
+	// NodeName is the node whose local devices the pool holds; empty for
+	// pools not tied to one node (network-attached devices).
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+}
+
+// Condition types of a ResourcePool.
+const (
+	// ConditionComplete is True when every slice of the pool's current
+	// generation is present (resourceSliceCount of them).
+	ConditionComplete = "Complete"
+	// ConditionValid is True when the pool's slices and allocations passed
+	// validation: no duplicate devices, no older slices left, no device held
+	// by more claims than it allows.
+	ConditionValid = "Valid"
+)
+
+// ResourcePoolStatus is the pool's availability as the scheduler sees it,
+// including allocations it has made but not yet written.
+type ResourcePoolStatus struct {
+	// Summary counts the pool's devices by state.
+	// +optional
+	Summary *PoolSummary `json:"summary,omitempty"`
+	// Conditions: Complete and Valid.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ValidationErrors holds at most 10 problems found across the pool.
+	// +optional
+	ValidationErrors []string `json:"validationErrors,omitempty"`
+	// TruncatedErrorCount counts the problems left out of ValidationErrors.
+	// +optional
+	TruncatedErrorCount int32 `json:"truncatedErrorCount,omitempty"`
+	// ObservedSliceCount is how many slices of the current generation exist.
+	ObservedSliceCount int32 `json:"observedSliceCount"`
+	// ExpectedSliceCount is the pool's resourceSliceCount.
+	ExpectedSliceCount int32 `json:"expectedSliceCount"`
+	// ObservedGeneration is the pool generation the status describes (the
+	// slices' spec.pool.generation, not metadata.generation).
+	ObservedGeneration int64 `json:"observedGeneration"`
+	// LastUpdateTime is when the scheduler computed this status.
+	// +optional
+	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
+}
+
+// PoolSummary counts devices. availableDevices = totalDevices -
+// allocatedDevices - unavailableDevices; partiallyAllocatedDevices are part
+// of allocatedDevices.
+type PoolSummary struct {
+	TotalDevices              int32 `json:"totalDevices"`
+	AllocatedDevices          int32 `json:"allocatedDevices"`
+	AvailableDevices          int32 `json:"availableDevices"`
+	UnavailableDevices        int32 `json:"unavailableDevices"`
+	PartiallyAllocatedDevices int32 `json:"partiallyAllocatedDevices"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ResourcePoolList is a list of ResourcePools.
+type ResourcePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []ResourcePool `json:"items"`
+}

@@ -1,0 +1,422 @@
+// Package poolcache is drascope's side cache: a live availability snapshot of
+// every DRA pool, kept by recomputing only the pools that changed.
+//
+// It is fed by informers (ResourceSlices, ResourceClaims, DeviceTaintRules)
+// and by the scheduler's in-flight allocations, reported through the DRAScope
+// decorator of the DRA manager, so a device the scheduler has just reserved
+// shows as allocated before the claim status is written. Feeding it only
+// records the change and marks pools dirty; nothing on the scheduling path
+// waits for a recompute. It knows nothing of HTTP, CRDs or metrics:
+// publishers subscribe.
+package poolcache
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/drascope/drascope/pkg/drausage"
+)
+
+// Snapshot is the availability of one pool at one point.
+type Snapshot struct {
+	drausage.PoolUsage
+	// Version increases with every snapshot the cache makes, across pools.
+	Version uint64
+	// ComputedAt is when the snapshot was made.
+	ComputedAt time.Time
+	// ChangedAt is when the oldest change it was the first to reflect happened.
+	ChangedAt time.Time
+}
+
+// Listener is told which pools have new snapshots (or were removed). It is
+// called from the cache's worker goroutine and must not block for long.
+type Listener func(changed []drausage.PoolID)
+
+// Options configure a Cache.
+type Options struct {
+	// Usage is handed to drausage for every recompute.
+	Usage drausage.Options
+	// Clock, for tests; the real clock when nil.
+	Clock clock.PassiveClock
+	// Observe, when set, receives each recompute: the pool, its size, how
+	// long computing took and how long after the change the snapshot came.
+	Observe func(pool drausage.PoolID, devices int, compute, delay time.Duration)
+}
+
+// Cache holds the inputs of every pool and its latest snapshot.
+type Cache struct {
+	opts  Options
+	clock clock.PassiveClock
+	wake  chan struct{}
+	// syncMu serializes Sync, so that a slower recompute never replaces a
+	// newer snapshot.
+	syncMu sync.Mutex
+
+	mu sync.Mutex
+	// slices by pool, then by slice name; slicePool: the pool of each slice.
+	slices    map[drausage.PoolID]map[string]*resourceapi.ResourceSlice
+	slicePool map[string]drausage.PoolID
+	// Claims as the informer has them, and the scheduler's in-flight
+	// versions: pending allocations (Reserve until PreBind) and claims
+	// written but not yet seen by the informer. The effective claim is the
+	// first of assumed, pending, informer that exists.
+	informer map[types.UID]*resourceapi.ResourceClaim
+	pending  map[types.UID]*resourceapi.ResourceClaim
+	assumed  map[types.UID]*resourceapi.ResourceClaim
+	// claimPools: pools the effective claim names; claimsByPool: the reverse.
+	claimPools   map[types.UID][]drausage.PoolID
+	claimsByPool map[drausage.PoolID]sets.Set[types.UID]
+	taintRules   map[string]*resourceapi.DeviceTaintRule
+	// dirty pools and when their oldest unreflected change happened.
+	dirty     map[drausage.PoolID]time.Time
+	snapshots map[drausage.PoolID]*Snapshot
+	version   uint64
+	listeners []Listener
+}
+
+// New returns an empty cache; Run computes snapshots.
+func New(opts Options) *Cache {
+	c := &Cache{
+		opts:         opts,
+		clock:        opts.Clock,
+		wake:         make(chan struct{}, 1),
+		slices:       map[drausage.PoolID]map[string]*resourceapi.ResourceSlice{},
+		slicePool:    map[string]drausage.PoolID{},
+		informer:     map[types.UID]*resourceapi.ResourceClaim{},
+		pending:      map[types.UID]*resourceapi.ResourceClaim{},
+		assumed:      map[types.UID]*resourceapi.ResourceClaim{},
+		claimPools:   map[types.UID][]drausage.PoolID{},
+		claimsByPool: map[drausage.PoolID]sets.Set[types.UID]{},
+		taintRules:   map[string]*resourceapi.DeviceTaintRule{},
+		dirty:        map[drausage.PoolID]time.Time{},
+		snapshots:    map[drausage.PoolID]*Snapshot{},
+	}
+	if c.clock == nil {
+		c.clock = clock.RealClock{}
+	}
+	return c
+}
+
+// Subscribe registers a listener for snapshot changes.
+func (c *Cache) Subscribe(l Listener) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listeners = append(c.listeners, l)
+}
+
+// Get returns the latest snapshot of a pool, or nil. Snapshots are shared:
+// do not modify them.
+func (c *Cache) Get(id drausage.PoolID) *Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snapshots[id]
+}
+
+// List returns the latest snapshot of every pool, in no particular order.
+func (c *Cache) List() []*Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Snapshot, 0, len(c.snapshots))
+	for _, s := range c.snapshots {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Version is the version of the newest snapshot.
+func (c *Cache) Version() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
+// SetSlice records a ResourceSlice, added or updated.
+func (c *Cache) SetSlice(slice *resourceapi.ResourceSlice) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := drausage.PoolID{Driver: slice.Spec.Driver, Pool: slice.Spec.Pool.Name}
+	// A slice may move to another pool in an update; forget its old place.
+	if old, ok := c.slicePool[slice.Name]; ok && old != id {
+		c.removeSliceLocked(old, slice.Name)
+	}
+	c.slicePool[slice.Name] = id
+	if c.slices[id] == nil {
+		c.slices[id] = map[string]*resourceapi.ResourceSlice{}
+	}
+	c.slices[id][slice.Name] = slice
+	c.markLocked(id)
+}
+
+// DeleteSlice forgets a ResourceSlice.
+func (c *Cache) DeleteSlice(slice *resourceapi.ResourceSlice) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeSliceLocked(drausage.PoolID{Driver: slice.Spec.Driver, Pool: slice.Spec.Pool.Name}, slice.Name)
+}
+
+func (c *Cache) removeSliceLocked(id drausage.PoolID, name string) {
+	if _, ok := c.slices[id][name]; !ok {
+		return
+	}
+	delete(c.slices[id], name)
+	delete(c.slicePool, name)
+	if len(c.slices[id]) == 0 {
+		delete(c.slices, id)
+	}
+	c.markLocked(id)
+}
+
+// SetClaim records a ResourceClaim from the informer, added or updated. An
+// assumed version that the informer has now caught up with is dropped.
+func (c *Cache) SetClaim(claim *resourceapi.ResourceClaim) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.informer[claim.UID] = claim
+	if assumed, ok := c.assumed[claim.UID]; ok && !newer(assumed, claim) {
+		delete(c.assumed, claim.UID)
+	}
+	c.refreshClaimLocked(claim.UID)
+}
+
+// DeleteClaim forgets a ResourceClaim, including any in-flight version.
+func (c *Cache) DeleteClaim(claim *resourceapi.ResourceClaim) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.informer, claim.UID)
+	delete(c.pending, claim.UID)
+	delete(c.assumed, claim.UID)
+	c.refreshClaimLocked(claim.UID)
+}
+
+// PendingAllocation records an allocation the scheduler reserved and will
+// write in PreBind (SignalClaimPendingAllocation).
+func (c *Cache) PendingAllocation(claim *resourceapi.ResourceClaim) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending[claim.UID] = claim
+	c.refreshClaimLocked(claim.UID)
+}
+
+// PendingAllocationRemoved forgets a pending allocation (written, or given up).
+func (c *Cache) PendingAllocationRemoved(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.pending[uid]; !ok {
+		return
+	}
+	delete(c.pending, uid)
+	c.refreshClaimLocked(uid)
+}
+
+// Assumed records a claim the scheduler has just written and the informer
+// has not delivered yet (AssumeClaimAfterAPICall).
+func (c *Cache) Assumed(claim *resourceapi.ResourceClaim) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if informer, ok := c.informer[claim.UID]; ok && !newer(claim, informer) {
+		return
+	}
+	c.assumed[claim.UID] = claim
+	c.refreshClaimLocked(claim.UID)
+}
+
+// AssumeRestored drops the assumed version of a claim whose write failed.
+func (c *Cache) AssumeRestored(namespace, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid, claim := range c.assumed {
+		if claim.Namespace == namespace && claim.Name == name {
+			delete(c.assumed, uid)
+			c.refreshClaimLocked(uid)
+		}
+	}
+}
+
+// SetDeviceTaintRule records a DeviceTaintRule, added or updated.
+func (c *Cache) SetDeviceTaintRule(rule *resourceapi.DeviceTaintRule) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.taintRules[rule.Name]
+	c.taintRules[rule.Name] = rule
+	c.markRuleLocked(old)
+	c.markRuleLocked(rule)
+}
+
+// DeleteDeviceTaintRule forgets a DeviceTaintRule.
+func (c *Cache) DeleteDeviceTaintRule(rule *resourceapi.DeviceTaintRule) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.taintRules, rule.Name)
+	c.markRuleLocked(rule)
+}
+
+// markRuleLocked marks the pools a rule's selector can reach.
+func (c *Cache) markRuleLocked(rule *resourceapi.DeviceTaintRule) {
+	if rule == nil || rule.Spec.DeviceSelector == nil {
+		return
+	}
+	sel := rule.Spec.DeviceSelector
+	for id := range c.slices {
+		if (sel.Driver == nil || *sel.Driver == id.Driver) && (sel.Pool == nil || *sel.Pool == id.Pool) {
+			c.markLocked(id)
+		}
+	}
+}
+
+// refreshClaimLocked re-indexes a claim under the pools its effective
+// version names, and marks both its old and new pools dirty.
+func (c *Cache) refreshClaimLocked(uid types.UID) {
+	for _, id := range c.claimPools[uid] {
+		c.claimsByPool[id].Delete(uid)
+		if c.claimsByPool[id].Len() == 0 {
+			delete(c.claimsByPool, id)
+		}
+		c.markLocked(id)
+	}
+	pools := drausage.PoolsOf(c.effectiveLocked(uid))
+	if len(pools) == 0 {
+		delete(c.claimPools, uid)
+		return
+	}
+	c.claimPools[uid] = pools
+	for _, id := range pools {
+		if c.claimsByPool[id] == nil {
+			c.claimsByPool[id] = sets.New[types.UID]()
+		}
+		c.claimsByPool[id].Insert(uid)
+		c.markLocked(id)
+	}
+}
+
+func (c *Cache) effectiveLocked(uid types.UID) *resourceapi.ResourceClaim {
+	if claim, ok := c.assumed[uid]; ok {
+		return claim
+	}
+	if claim, ok := c.pending[uid]; ok {
+		return claim
+	}
+	return c.informer[uid]
+}
+
+func (c *Cache) markLocked(id drausage.PoolID) {
+	if _, ok := c.dirty[id]; !ok {
+		c.dirty[id] = c.clock.Now()
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// newer reports whether a has a higher resourceVersion than b; when the
+// versions cannot be compared, a is taken as newer only if they differ.
+func newer(a, b *resourceapi.ResourceClaim) bool {
+	cmp, err := resourceversion.CompareResourceVersion(a.ResourceVersion, b.ResourceVersion)
+	if err != nil {
+		return a.ResourceVersion != b.ResourceVersion
+	}
+	return cmp > 0
+}
+
+// Run recomputes dirty pools until ctx ends.
+func (c *Cache) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		}
+		if changed := c.Sync(); len(changed) > 0 {
+			logger.V(5).Info("Pool snapshots updated", "pools", len(changed))
+		}
+	}
+}
+
+// poolInput is what recomputing one pool needs, copied out under the lock.
+type poolInput struct {
+	id        drausage.PoolID
+	changedAt time.Time
+	slices    []*resourceapi.ResourceSlice
+	claims    []*resourceapi.ResourceClaim
+}
+
+// Sync recomputes every dirty pool now and notifies listeners; it returns
+// the pools whose snapshots changed. Run calls it; tests may too.
+func (c *Cache) Sync() []drausage.PoolID {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	c.mu.Lock()
+	if len(c.dirty) == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	inputs := make([]poolInput, 0, len(c.dirty))
+	for id, changedAt := range c.dirty {
+		in := poolInput{id: id, changedAt: changedAt}
+		for _, slice := range c.slices[id] {
+			in.slices = append(in.slices, slice)
+		}
+		for uid := range c.claimsByPool[id] {
+			in.claims = append(in.claims, c.effectiveLocked(uid))
+		}
+		inputs = append(inputs, in)
+	}
+	clear(c.dirty)
+	opts := c.opts.Usage
+	if len(c.taintRules) > 0 {
+		opts.DeviceTaintRules = make([]*resourceapi.DeviceTaintRule, 0, len(c.taintRules))
+		for _, rule := range c.taintRules {
+			opts.DeviceTaintRules = append(opts.DeviceTaintRules, rule)
+		}
+	}
+	c.mu.Unlock()
+
+	// Compute outside the lock: the scheduling path may keep feeding.
+	results := make([]*Snapshot, len(inputs))
+	for i, in := range inputs {
+		if len(in.slices) == 0 {
+			continue
+		}
+		start := c.clock.Now()
+		usage := drausage.ComputePool(in.id, in.slices, in.claims, opts)
+		now := c.clock.Now()
+		results[i] = &Snapshot{PoolUsage: usage, ComputedAt: now, ChangedAt: in.changedAt}
+		if c.opts.Observe != nil {
+			c.opts.Observe(in.id, len(usage.Devices), now.Sub(start), now.Sub(in.changedAt))
+		}
+	}
+
+	c.mu.Lock()
+	changed := make([]drausage.PoolID, 0, len(inputs))
+	for i, in := range inputs {
+		switch {
+		case results[i] != nil:
+			c.version++
+			results[i].Version = c.version
+			c.snapshots[in.id] = results[i]
+		case c.snapshots[in.id] != nil:
+			delete(c.snapshots, in.id)
+		default:
+			continue
+		}
+		changed = append(changed, in.id)
+	}
+	listeners := c.listeners
+	c.mu.Unlock()
+
+	if len(changed) > 0 {
+		for _, l := range listeners {
+			l(changed)
+		}
+	}
+	return changed
+}

@@ -1,0 +1,240 @@
+package poolcache
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/drausage"
+)
+
+const driver = "gpu.example.com"
+
+func pool(name string) drausage.PoolID { return drausage.PoolID{Driver: driver, Pool: name} }
+
+func slice(name, poolName string, devices ...string) *resourceapi.ResourceSlice {
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: driver,
+			Pool:   resourceapi.ResourcePool{Name: poolName, Generation: 1, ResourceSliceCount: 1},
+		},
+	}
+	for _, d := range devices {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: d})
+	}
+	return s
+}
+
+func claim(name, rv string, devices ...drausage.PoolID) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name), ResourceVersion: rv}}
+	if len(devices) > 0 {
+		c.Status.Allocation = &resourceapi.AllocationResult{}
+		for _, id := range devices {
+			c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
+				resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: id.Driver, Pool: id.Pool, Device: "gpu-0"})
+		}
+	}
+	return c
+}
+
+// allocatedIn returns the allocated count of a pool's snapshot, or -1 if none.
+func allocatedIn(c *Cache, id drausage.PoolID) int {
+	s := c.Get(id)
+	if s == nil {
+		return -1
+	}
+	return s.Summary.Allocated
+}
+
+func TestOnlyTouchedPoolsAreRecomputed(t *testing.T) {
+	c := New(Options{})
+	var told [][]drausage.PoolID
+	c.Subscribe(func(changed []drausage.PoolID) {
+		slices.SortFunc(changed, func(a, b drausage.PoolID) int { return cmpString(a.Pool, b.Pool) })
+		told = append(told, changed)
+	})
+	c.SetSlice(slice("a", "node-a", "gpu-0", "gpu-1"))
+	c.SetSlice(slice("b", "node-b", "gpu-0"))
+	c.Sync()
+	before := c.Get(pool("node-b")).Version
+
+	c.SetClaim(claim("x", "10", pool("node-a")))
+	if changed := c.Sync(); !cmp.Equal(changed, []drausage.PoolID{pool("node-a")}) {
+		t.Errorf("recomputed %v, want only node-a", changed)
+	}
+	if got := allocatedIn(c, pool("node-a")); got != 1 {
+		t.Errorf("node-a allocated %d, want 1", got)
+	}
+	if got := c.Get(pool("node-b")).Version; got != before {
+		t.Errorf("node-b snapshot changed version %d -> %d without a change", before, got)
+	}
+	if c.Sync() != nil {
+		t.Error("a Sync without changes recomputed something")
+	}
+	want := [][]drausage.PoolID{{pool("node-a"), pool("node-b")}, {pool("node-a")}}
+	if diff := cmp.Diff(want, told); diff != "" {
+		t.Errorf("listener calls (-want +got):\n%s", diff)
+	}
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func TestInFlightAllocations(t *testing.T) {
+	c := New(Options{})
+	c.SetSlice(slice("a", "node-a", "gpu-0"))
+	unallocated := claim("x", "10")
+	c.SetClaim(unallocated)
+	c.Sync()
+	if got := allocatedIn(c, pool("node-a")); got != 0 {
+		t.Fatalf("allocated %d before anything happened", got)
+	}
+
+	// Reserve: the device is allocated before anything is written.
+	c.PendingAllocation(claim("x", "10", pool("node-a")))
+	c.Sync()
+	if got := allocatedIn(c, pool("node-a")); got != 1 {
+		t.Errorf("pending allocation: allocated %d, want 1", got)
+	}
+
+	// PreBind wrote it and assumed the result, then the pending entry went;
+	// the informer has not caught up: still allocated, no flicker.
+	c.Assumed(claim("x", "11", pool("node-a")))
+	c.PendingAllocationRemoved("x")
+	c.Sync()
+	if got := allocatedIn(c, pool("node-a")); got != 1 {
+		t.Errorf("assumed allocation: allocated %d, want 1", got)
+	}
+
+	// An informer event older than the assumed version changes nothing.
+	c.SetClaim(unallocated)
+	c.Sync()
+	if got := allocatedIn(c, pool("node-a")); got != 1 {
+		t.Errorf("stale informer event: allocated %d, want 1", got)
+	}
+
+	// The informer catches up; then the claim is deallocated for real.
+	c.SetClaim(claim("x", "11", pool("node-a")))
+	c.SetClaim(claim("x", "12"))
+	c.Sync()
+	if got := allocatedIn(c, pool("node-a")); got != 0 {
+		t.Errorf("after deallocation: allocated %d, want 0", got)
+	}
+}
+
+func TestGivenUpAndFailedAllocations(t *testing.T) {
+	c := New(Options{})
+	c.SetSlice(slice("a", "node-a", "gpu-0"))
+	c.SetClaim(claim("x", "10"))
+
+	c.PendingAllocation(claim("x", "10", pool("node-a")))
+	c.PendingAllocationRemoved("x") // Unreserve
+	c.Sync()
+	if got := allocatedIn(c, pool("node-a")); got != 0 {
+		t.Errorf("after Unreserve: allocated %d, want 0", got)
+	}
+
+	c.Assumed(claim("x", "11", pool("node-a")))
+	c.AssumeRestored("ns", "x") // the write failed
+	c.Sync()
+	if got := allocatedIn(c, pool("node-a")); got != 0 {
+		t.Errorf("after a failed write: allocated %d, want 0", got)
+	}
+
+	c.PendingAllocation(claim("x", "10", pool("node-a")))
+	c.DeleteClaim(claim("x", "10"))
+	c.Sync()
+	if got := allocatedIn(c, pool("node-a")); got != 0 {
+		t.Errorf("after the claim was deleted: allocated %d, want 0", got)
+	}
+}
+
+func TestPoolsComeAndGo(t *testing.T) {
+	c := New(Options{})
+	var removed []drausage.PoolID
+	c.Subscribe(func(changed []drausage.PoolID) {
+		for _, id := range changed {
+			if c.Get(id) == nil {
+				removed = append(removed, id)
+			}
+		}
+	})
+	s0, s1 := slice("fabric-0", "fabric", "nic-0"), slice("fabric-1", "fabric", "nic-1")
+	s0.Spec.Pool.ResourceSliceCount, s1.Spec.Pool.ResourceSliceCount = 2, 2
+	c.SetSlice(s0)
+	c.Sync()
+	if s := c.Get(pool("fabric")); s == nil || s.Complete() {
+		t.Fatalf("one of two slices: want an incomplete snapshot, got %+v", s)
+	}
+	c.SetSlice(s1)
+	c.Sync()
+	if s := c.Get(pool("fabric")); !s.Complete() || s.Summary.Total != 2 {
+		t.Errorf("both slices: want complete with 2 devices, got %+v", s.PoolUsage)
+	}
+
+	// A claim naming a pool without slices makes no snapshot.
+	c.SetClaim(claim("ghost", "1", pool("nowhere")))
+	c.Sync()
+	if c.Get(pool("nowhere")) != nil {
+		t.Error("a pool without slices got a snapshot")
+	}
+
+	// A slice that moves to another pool leaves the first.
+	moved := s1.DeepCopy()
+	moved.Spec.Pool.Name = "fabric-b"
+	c.SetSlice(moved)
+	c.Sync()
+	if got := c.Get(pool("fabric")).Summary.Total; got != 1 {
+		t.Errorf("after a slice moved away: fabric has %d devices, want 1", got)
+	}
+
+	c.DeleteSlice(s0)
+	c.DeleteSlice(moved)
+	c.Sync()
+	if len(c.List()) != 0 {
+		t.Errorf("pools left after deleting every slice: %d", len(c.List()))
+	}
+	slices.SortFunc(removed, func(a, b drausage.PoolID) int { return cmpString(a.Pool, b.Pool) })
+	if diff := cmp.Diff([]drausage.PoolID{pool("fabric"), pool("fabric-b")}, removed); diff != "" {
+		t.Errorf("listener told of removals (-want +got):\n%s", diff)
+	}
+}
+
+func TestDeviceTaintRules(t *testing.T) {
+	c := New(Options{})
+	c.SetSlice(slice("a", "node-a", "gpu-0", "gpu-1"))
+	c.SetSlice(slice("b", "node-b", "gpu-0"))
+	c.Sync()
+	rule := &resourceapi.DeviceTaintRule{
+		ObjectMeta: metav1.ObjectMeta{Name: "maintenance"},
+		Spec: resourceapi.DeviceTaintRuleSpec{
+			DeviceSelector: &resourceapi.DeviceTaintSelector{Pool: ptr.To("node-a"), Device: ptr.To("gpu-1")},
+			Taint:          resourceapi.DeviceTaint{Key: "maintenance", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+		},
+	}
+	c.SetDeviceTaintRule(rule)
+	if changed := c.Sync(); !cmp.Equal(changed, []drausage.PoolID{pool("node-a")}) {
+		t.Errorf("a rule for node-a recomputed %v", changed)
+	}
+	if got := c.Get(pool("node-a")).Summary.Unavailable; got != 1 {
+		t.Errorf("unavailable %d, want 1", got)
+	}
+	c.DeleteDeviceTaintRule(rule)
+	c.Sync()
+	if got := c.Get(pool("node-a")).Summary.Unavailable; got != 0 {
+		t.Errorf("after deleting the rule: unavailable %d, want 0", got)
+	}
+}

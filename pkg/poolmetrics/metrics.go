@@ -1,0 +1,136 @@
+// Package poolmetrics exposes pool availability and the ResourcePool
+// publisher on the scheduler's /metrics (k8s.io/component-base/metrics,
+// legacy registry). The names are listed in docs/metrics.md.
+package poolmetrics
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/poolcache"
+)
+
+var (
+	// SyncDuration: how long one ResourcePool sync took (KEP-5677 name).
+	SyncDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Name:           "resourcepool_controller_sync_duration_seconds",
+		Help:           "Time taken to sync one ResourcePool object with its pool's snapshot.",
+		Buckets:        metrics.ExponentialBuckets(0.001, 2, 15),
+		StabilityLevel: metrics.ALPHA,
+	})
+	// SyncErrors: failed ResourcePool syncs (KEP-5677 name).
+	SyncErrors = metrics.NewCounter(&metrics.CounterOpts{
+		Name:           "resourcepool_controller_sync_errors_total",
+		Help:           "Number of ResourcePool syncs that failed and were retried with backoff.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	// SnapshotDelay: from an allocation change to the snapshot showing it.
+	SnapshotDelay = metrics.NewHistogram(&metrics.HistogramOpts{
+		Name:           "drascope_resourcepool_snapshot_delay_seconds",
+		Help:           "Delay between a change to a pool's slices or allocations (including in-flight allocations) and the side-cache snapshot that reflects it.",
+		Buckets:        metrics.ExponentialBuckets(0.0001, 2, 18),
+		StabilityLevel: metrics.ALPHA,
+	})
+	// PublishDelay: from an allocation change to the ResourcePool write.
+	PublishDelay = metrics.NewHistogram(&metrics.HistogramOpts{
+		Name:           "drascope_resourcepool_publish_delay_seconds",
+		Help:           "Delay between the oldest change a ResourcePool status write reflects and that write; includes poolStatus.minPublishInterval coalescing.",
+		Buckets:        metrics.ExponentialBuckets(0.001, 2, 16),
+		StabilityLevel: metrics.ALPHA,
+	})
+	// RecomputeDuration: computing one pool's snapshot.
+	RecomputeDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Name:           "drascope_resourcepool_recompute_duration_seconds",
+		Help:           "Time taken to recompute one pool's snapshot in the side cache.",
+		Buckets:        metrics.ExponentialBuckets(0.00001, 2, 18),
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	devicesDesc = metrics.NewDesc("drascope_resourcepool_devices",
+		"Devices of a pool by state (Available, Allocated, PartiallyAllocated, Unavailable), as the scheduler sees them. PartiallyAllocated devices are counted under Allocated too.",
+		[]string{"driver", "pool", "node", "state"}, nil, metrics.ALPHA, "")
+	conflictsDesc = metrics.NewDesc("drascope_resourcepool_allocation_conflicts",
+		"Devices of a pool held by more claims than they allow, as when two schedulers raced for them.",
+		[]string{"driver", "pool", "node"}, nil, metrics.ALPHA, "")
+	poolsDesc = metrics.NewDesc("resourcepool_controller_pools_total",
+		"Number of pools the scheduler's side cache tracks.",
+		nil, nil, metrics.ALPHA, "")
+
+	source       atomic.Pointer[poolcache.Cache]
+	registerOnce sync.Once
+)
+
+// Register makes the metrics available and points the per-pool ones at
+// cache. A later call (a second scheduler instance in one process, as in
+// tests) re-points them.
+func Register(cache *poolcache.Cache) {
+	source.Store(cache)
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, RecomputeDuration)
+		legacyregistry.CustomMustRegister(&poolCollector{})
+	})
+}
+
+// ObserveRecompute is a poolcache.Options.Observe function.
+func ObserveRecompute(_ drausage.PoolID, _ int, compute, delay time.Duration) {
+	RecomputeDuration.Observe(compute.Seconds())
+	SnapshotDelay.Observe(delay.Seconds())
+}
+
+// ObserveSync is a poolpublisher.Options.Observe function.
+func ObserveSync(duration time.Duration, err error) {
+	SyncDuration.Observe(duration.Seconds())
+	if err != nil {
+		SyncErrors.Inc()
+	}
+}
+
+// poolCollector reads the cache at scrape time: no stale series for pools
+// that are gone.
+type poolCollector struct {
+	metrics.BaseStableCollector
+}
+
+func (c *poolCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	ch <- devicesDesc
+	ch <- conflictsDesc
+	ch <- poolsDesc
+}
+
+func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	cache := source.Load()
+	if cache == nil {
+		return
+	}
+	snapshots := cache.List()
+	ch <- metrics.NewLazyConstMetric(poolsDesc, metrics.GaugeValue, float64(len(snapshots)))
+	for _, s := range snapshots {
+		labels := []string{s.Driver, s.Pool, s.NodeName}
+		sum := s.Summary
+		for state, n := range map[drausage.DeviceState]int{
+			drausage.DeviceAvailable:          sum.Available,
+			drausage.DeviceAllocated:          sum.Allocated,
+			drausage.DevicePartiallyAllocated: sum.PartiallyAllocated,
+			drausage.DeviceUnavailable:        sum.Unavailable,
+		} {
+			ch <- metrics.NewLazyConstMetric(devicesDesc, metrics.GaugeValue, float64(n), append(labels, string(state))...)
+		}
+		conflicts := 0
+		for _, e := range s.ValidationErrors {
+			if e.Kind == drausage.AllocationConflict {
+				conflicts++
+			}
+		}
+		ch <- metrics.NewLazyConstMetric(conflictsDesc, metrics.GaugeValue, float64(conflicts), labels...)
+	}
+}
+
+// ObservePublished is a poolpublisher.Options.ObservePublished function.
+func ObservePublished(delay time.Duration) {
+	PublishDelay.Observe(delay.Seconds())
+}

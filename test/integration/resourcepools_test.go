@@ -1,0 +1,430 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+)
+
+func resourcePools(t *testing.T) dynamic.ResourceInterface {
+	t.Helper()
+	client, err := dynamic.NewForConfig(env.cp.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.Resource(v1alpha1.Resource)
+}
+
+func decodePool(t *testing.T, u *unstructured.Unstructured) *v1alpha1.ResourcePool {
+	t.Helper()
+	rp := &v1alpha1.ResourcePool{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, rp); err != nil {
+		t.Fatalf("decoding ResourcePool %s: %v", u.GetName(), err)
+	}
+	return rp
+}
+
+// poolObjectName is the object name drascope gives a pool of this test driver.
+func poolObjectName(t *testing.T, pool string) string {
+	t.Helper()
+	name, ok := v1alpha1.PlainName(driverName, pool)
+	if !ok {
+		t.Fatalf("pool %s has no plain object name", pool)
+	}
+	return name
+}
+
+// waitForResourcePool waits until the named ResourcePool satisfies ok; want
+// describes the wait for the failure message.
+func (s *scenario) waitForResourcePool(name, want string, ok func(*v1alpha1.ResourcePool) bool) *v1alpha1.ResourcePool {
+	s.t.Helper()
+	client := resourcePools(s.t)
+	var last *v1alpha1.ResourcePool
+	var lastErr error
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		u, err := client.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		last = decodePool(s.t, u)
+		return ok(last), nil
+	})
+	if err != nil {
+		s.t.Fatalf("ResourcePool %s: waiting for %s: last seen %+v (%v); scheduler log: %s", name, want, last, lastErr, env.schedulerLog)
+	}
+	return last
+}
+
+func (s *scenario) waitForResourcePoolGone(name string) {
+	s.t.Helper()
+	client := resourcePools(s.t)
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		_, err := client.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		s.t.Fatalf("ResourcePool %s was not deleted", name)
+	}
+}
+
+func summaryIs(total, allocated, available, unavailable int32) func(*v1alpha1.ResourcePool) bool {
+	return func(rp *v1alpha1.ResourcePool) bool {
+		sum := rp.Status.Summary
+		return sum != nil && sum.TotalDevices == total && sum.AllocatedDevices == allocated &&
+			sum.AvailableDevices == available && sum.UnavailableDevices == unavailable
+	}
+}
+
+func conditionIs(typ string, status metav1.ConditionStatus) func(*v1alpha1.ResourcePool) bool {
+	return func(rp *v1alpha1.ResourcePool) bool {
+		c := meta.FindStatusCondition(rp.Status.Conditions, typ)
+		return c != nil && c.Status == status
+	}
+}
+
+// A slice appears and its ResourcePool is created; an allocation changes the
+// summary, admin access does not, releasing the claim changes it back, and
+// deleting the last slice deletes the object.
+func TestResourcePoolLifecycle(t *testing.T) {
+	s := newScenario(t, adminNamespaceLabels)
+	node := s.addNode("gpus", 2)
+	name := poolObjectName(t, node)
+
+	rp := s.waitForResourcePool(name, "2 available devices", summaryIs(2, 0, 2, 0))
+	if rp.Spec != (v1alpha1.ResourcePoolSpec{Driver: driverName, PoolName: node, NodeName: node}) {
+		t.Errorf("spec %+v, want driver %s, pool and node %s", rp.Spec, driverName, node)
+	}
+	if rp.Status.ObservedSliceCount != 1 || rp.Status.ExpectedSliceCount != 1 || rp.Status.ObservedGeneration != 1 || rp.Status.LastUpdateTime == nil {
+		t.Errorf("status %+v: want 1 of 1 slices at generation 1 and a lastUpdateTime", rp.Status)
+	}
+	for _, typ := range []string{v1alpha1.ConditionComplete, v1alpha1.ConditionValid} {
+		if !conditionIs(typ, metav1.ConditionTrue)(rp) {
+			t.Errorf("condition %s not True: %+v", typ, rp.Status.Conditions)
+		}
+	}
+
+	s.addClaimTemplate("gpu", false)
+	s.addClaimTemplate("gpu-admin", true)
+	s.addPod("trainer", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("trainer")
+	s.waitForResourcePool(name, "1 allocated device", summaryIs(2, 1, 1, 0))
+
+	s.addPod("monitor", schedulerName, fromTemplate("gpu-admin"))
+	s.waitForPodScheduled("monitor")
+	// The admin claim is allocated too, and still nothing more is counted.
+	if rp := s.waitForResourcePool(name, "1 allocated device", summaryIs(2, 1, 1, 0)); rp.Status.Summary.AllocatedDevices != 1 {
+		t.Fatal("unreachable")
+	}
+
+	// Deleting the pod lets the resourceclaim controller delete its claim.
+	if err := env.client.CoreV1().Pods(s.namespace).Delete(s.ctx, "trainer", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitForResourcePool(name, "the device released", summaryIs(2, 0, 2, 0))
+
+	if err := env.client.ResourceV1().ResourceSlices().Delete(s.ctx, sliceName(node), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitForResourcePoolGone(name)
+}
+
+// Several slices of one pool aggregate; a missing slice gives Complete=False;
+// duplicate device names give Valid=False with the message. The pool is not
+// tied to a node (network-attached devices).
+func TestResourcePoolSlicesAndValidation(t *testing.T) {
+	s := newScenario(t, nil)
+	pool := s.namespace + "-fabric"
+	name := poolObjectName(t, pool)
+	spec := resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 2}
+
+	s.addSlice(pool+"-0", spec, nil, gpuNames(0, 2)...)
+	rp := s.waitForResourcePool(name, "Complete=False", conditionIs(v1alpha1.ConditionComplete, metav1.ConditionFalse))
+	if c := meta.FindStatusCondition(rp.Status.Conditions, v1alpha1.ConditionComplete); c.Reason != "SlicesMissing" || !strings.Contains(c.Message, "1 of 2 slices") {
+		t.Errorf("Complete condition %+v: want reason SlicesMissing and the slice counts", c)
+	}
+	if rp.Spec.NodeName != "" {
+		t.Errorf("a pool of AllNodes slices got nodeName %q", rp.Spec.NodeName)
+	}
+
+	s.addSlice(pool+"-1", spec, nil, gpuNames(2, 5)...)
+	s.waitForResourcePool(name, "both slices aggregated", func(rp *v1alpha1.ResourcePool) bool {
+		return conditionIs(v1alpha1.ConditionComplete, metav1.ConditionTrue)(rp) && summaryIs(5, 0, 5, 0)(rp) && rp.Status.ObservedSliceCount == 2
+	})
+
+	dupPool := s.namespace + "-dup"
+	dupSpec := resourceapi.ResourcePool{Name: dupPool, Generation: 1, ResourceSliceCount: 2}
+	s.addSlice(dupPool+"-0", dupSpec, nil, "gpu-0", "gpu-1")
+	s.addSlice(dupPool+"-1", dupSpec, nil, "gpu-1")
+	rp = s.waitForResourcePool(poolObjectName(t, dupPool), "Valid=False", conditionIs(v1alpha1.ConditionValid, metav1.ConditionFalse))
+	if len(rp.Status.ValidationErrors) != 1 || !strings.Contains(rp.Status.ValidationErrors[0], `device "gpu-1" is published by slices`) {
+		t.Errorf("validationErrors %q: want one naming the duplicate device gpu-1", rp.Status.ValidationErrors)
+	}
+	if rp.Status.Summary.TotalDevices != 2 {
+		t.Errorf("a duplicated device was counted twice: total %d", rp.Status.Summary.TotalDevices)
+	}
+}
+
+// allocateDirectly writes a claim's allocation as a second scheduler process
+// would, without this scheduler's knowledge.
+func (s *scenario) allocateDirectly(claimName, pool, device string) {
+	s.t.Helper()
+	claim := s.getClaim(claimName)
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: driverName, Pool: pool, Device: device}},
+	}}
+	if _, err := env.client.ResourceV1().ResourceClaims(s.namespace).UpdateStatus(s.ctx, claim, metav1.UpdateOptions{}); err != nil {
+		s.t.Fatalf("writing the allocation of claim %s: %v", claimName, err)
+	}
+}
+
+// Two claims written with the same device, as a racing second scheduler
+// would, give Valid=False naming the device (not the claims), a Warning
+// event on the pool's ResourceSlice, and a metric.
+func TestResourcePoolAllocationConflict(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 2)
+	name := poolObjectName(t, node)
+	s.addClaim("first-secret-claim", false)
+	s.addClaim("second-secret-claim", false)
+	s.allocateDirectly("first-secret-claim", node, "gpu-0")
+	s.allocateDirectly("second-secret-claim", node, "gpu-0")
+
+	rp := s.waitForResourcePool(name, "Valid=False", conditionIs(v1alpha1.ConditionValid, metav1.ConditionFalse))
+	if len(rp.Status.ValidationErrors) != 1 {
+		t.Fatalf("validationErrors %q: want one", rp.Status.ValidationErrors)
+	}
+	msg := rp.Status.ValidationErrors[0]
+	if !strings.Contains(msg, driverName+"/"+node+"/gpu-0") || strings.Contains(msg, "secret") {
+		t.Errorf("conflict message %q must name the device and no claim", msg)
+	}
+	if !summaryIs(2, 1, 1, 0)(rp) {
+		t.Errorf("summary %+v: the conflicted device counts once", rp.Status.Summary)
+	}
+
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		events, err := env.client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + sliceName(node)})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "DeviceAllocationConflict" && e.Type == v1.EventTypeWarning && strings.Contains(e.Note, "gpu-0") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no DeviceAllocationConflict event on ResourceSlice %s: %v", sliceName(node), err)
+	}
+	if got := scrapeGauge(t, "drascope_resourcepool_allocation_conflicts", map[string]string{"pool": node}); got != 1 {
+		t.Errorf("drascope_resourcepool_allocation_conflicts for pool %s = %v, want 1", node, got)
+	}
+
+	// The conflict ends when one claim goes; so does Valid=False.
+	if err := env.client.ResourceV1().ResourceClaims(s.namespace).Delete(s.ctx, "second-secret-claim", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitForResourcePool(name, "Valid=True", conditionIs(v1alpha1.ConditionValid, metav1.ConditionTrue))
+	if err := env.client.ResourceV1().ResourceClaims(s.namespace).Delete(s.ctx, "first-secret-claim", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A burst of 200 allocations in one pool causes far fewer ResourcePool
+// writes than allocations: at most one per poolStatus.minPublishInterval
+// (1s in the shipped config), plus the first.
+func TestResourcePoolWritesAreCoalesced(t *testing.T) {
+	const allocations = 200
+	s := newScenario(t, nil)
+	// A slice holds at most 128 devices: two slices of 100.
+	node := s.addNode("gpus", 0)
+	pool := resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 2}
+	s.addSlice(node+"-a", pool, &node, gpuNames(0, allocations/2)...)
+	s.addSlice(node+"-b", pool, &node, gpuNames(allocations/2, allocations)...)
+	name := poolObjectName(t, node)
+	s.waitForResourcePool(name, "all devices available", summaryIs(allocations, 0, allocations, 0))
+
+	watcher, err := resourcePools(t).Watch(s.ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Stop()
+	writes := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for event := range watcher.ResultChan() {
+			if event.Type == watch.Modified {
+				writes++
+				if u, ok := event.Object.(*unstructured.Unstructured); ok && summaryIs(allocations, allocations, 0, 0)(decodePool(t, u)) {
+					return
+				}
+			}
+		}
+	}()
+
+	start := time.Now()
+	for i := range allocations {
+		claim := fmt.Sprintf("claim-%d", i)
+		s.addClaim(claim, false)
+		s.allocateDirectly(claim, node, fmt.Sprintf("gpu-%d", i))
+	}
+	select {
+	case <-done:
+	case <-time.After(waitTimeout):
+		t.Fatalf("the ResourcePool did not reach %d allocated devices; %d writes seen", allocations, writes)
+	}
+	elapsed := time.Since(start)
+	// The publisher may write once right away and then once per interval.
+	bound := int(elapsed/time.Second) + 2
+	t.Logf("%d allocations over %v caused %d ResourcePool writes", allocations, elapsed.Round(time.Millisecond), writes)
+	if writes > bound || writes >= allocations/4 {
+		t.Errorf("%d allocations over %v caused %d ResourcePool writes; want at most %d (one per second) and far fewer than %d", allocations, elapsed, writes, bound, allocations)
+	}
+	if err := env.client.ResourceV1().ResourceClaims(s.namespace).DeleteCollection(s.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A scheduler restart converges to the same objects (same UIDs, not
+// recreated), deletes the object of a pool that went away meanwhile, and
+// deletes orphans it never made.
+func TestResourcePoolsAfterSchedulerRestart(t *testing.T) {
+	s := newScenario(t, nil)
+	stays := s.addNode("stays", 1)
+	goes := s.addNode("goes", 1)
+	staysName, goesName := poolObjectName(t, stays), poolObjectName(t, goes)
+	before := s.waitForResourcePool(staysName, "created", summaryIs(1, 0, 1, 0))
+	s.waitForResourcePool(goesName, "created", summaryIs(1, 0, 1, 0))
+
+	env.stopScheduler()
+	env.stopScheduler = nil
+	t.Cleanup(func() {
+		if env.stopScheduler == nil {
+			// Leave a scheduler running for the tests after this one.
+			stop, err := startInProcessScheduler(context.Background())
+			if err != nil {
+				t.Fatalf("restarting the scheduler: %v", err)
+			}
+			env.stopScheduler = stop
+		}
+	})
+
+	if err := env.client.ResourceV1().ResourceSlices().Delete(s.ctx, sliceName(goes), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&v1alpha1.ResourcePool{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ResourcePool"},
+		ObjectMeta: metav1.ObjectMeta{Name: s.namespace + ".orphan"},
+		Spec:       v1alpha1.ResourcePoolSpec{Driver: driverName, PoolName: s.namespace + "-never-existed"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resourcePools(t).Create(s.ctx, &unstructured.Unstructured{Object: orphan}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	stop, err := startInProcessScheduler(context.Background())
+	if err != nil {
+		t.Fatalf("restarting the scheduler: %v", err)
+	}
+	env.stopScheduler = stop
+
+	s.waitForResourcePoolGone(goesName)
+	s.waitForResourcePoolGone(s.namespace + ".orphan")
+	after := s.waitForResourcePool(staysName, "still there", summaryIs(1, 0, 1, 0))
+	if after.UID != before.UID {
+		t.Errorf("ResourcePool %s was recreated across the restart (UID %s -> %s)", staysName, before.UID, after.UID)
+	}
+}
+
+// Metrics scraped from the scheduler's /metrics match the ResourcePool.
+func TestMetricsMatchResourcePools(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 3)
+	name := poolObjectName(t, node)
+	s.addClaimTemplate("gpu", false)
+	s.addPod("trainer", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("trainer")
+	rp := s.waitForResourcePool(name, "1 allocated device", summaryIs(3, 1, 2, 0))
+
+	for state, want := range map[string]int32{
+		"Available":          rp.Status.Summary.AvailableDevices,
+		"Allocated":          rp.Status.Summary.AllocatedDevices,
+		"Unavailable":        rp.Status.Summary.UnavailableDevices,
+		"PartiallyAllocated": rp.Status.Summary.PartiallyAllocatedDevices,
+	} {
+		labels := map[string]string{"driver": driverName, "pool": node, "node": node, "state": state}
+		if got := scrapeGauge(t, "drascope_resourcepool_devices", labels); got != float64(want) {
+			t.Errorf("drascope_resourcepool_devices%v = %v, ResourcePool says %d", labels, got, want)
+		}
+	}
+	if got := scrapeGauge(t, "resourcepool_controller_pools_total", nil); got < 1 {
+		t.Errorf("resourcepool_controller_pools_total = %v, want at least this test's pool", got)
+	}
+}
+
+// scrapeGauge reads one sample from the in-process scheduler's /metrics, as
+// an admin (the endpoint is behind delegated authorization); -1 if absent.
+func scrapeGauge(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", env.schedulerPort), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("scraping /metrics: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scraping /metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	family, ok := families[name]
+	if !ok {
+		return -1
+	}
+next:
+	for _, m := range family.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		for k, v := range labels {
+			if got[k] != v {
+				continue next
+			}
+		}
+		return m.GetGauge().GetValue()
+	}
+	return -1
+}
