@@ -32,13 +32,19 @@ build: ## Build bin/drascope-scheduler.
 
 # The control plane the integration tests run against, built from the exact
 # versions go.mod pins (etcd is the version k8s.io/kubernetes requires).
-tools: $(BIN)/etcd $(BIN)/kube-apiserver ## Build etcd and kube-apiserver into bin/.
+tools: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl ## Build etcd, kube-apiserver and kubectl into bin/.
+
+# Kubernetes binaries carry the version they are built from.
+K8S_LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)
 
 $(BIN)/etcd: go.mod go.sum
 	$(GO) build -o $@ go.etcd.io/etcd/server/v3
 
 $(BIN)/kube-apiserver: go.mod go.sum
-	$(GO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+	$(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+
+$(BIN)/kubectl: go.mod go.sum
+	$(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kubectl
 
 test: test-unit test-integration ## Run all tests (unit, then integration on a real apiserver).
 

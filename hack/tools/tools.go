@@ -1,8 +1,8 @@
 //go:build tools
 
 // Package tools records the binaries the Makefile builds from the module
-// graph (etcd, kube-apiserver, kube-controller-manager for tests and the
-// sandbox; the code generators), so go.sum holds everything their packages need.
+// graph (etcd, kube-apiserver, kubectl, kube-controller-manager for tests and
+// the sandbox; the code generators), so go.sum holds everything their packages need.
 package tools
 
 import (
@@ -12,4 +12,5 @@ import (
 	_ "k8s.io/code-generator/cmd/defaulter-gen"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )

@@ -267,6 +267,10 @@ func (p *Publisher) sync(ctx context.Context, id drausage.PoolID) error {
 		return p.create(ctx, id, snap, status)
 	}
 	if sameStatus(&existing.Status, status) {
+		// The object already shows this snapshot: nothing is unpublished.
+		p.mu.Lock()
+		delete(p.unpublishedSince, id)
+		p.mu.Unlock()
 		return nil
 	}
 	updated := existing.DeepCopy()

@@ -5,10 +5,14 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	v1 "k8s.io/api/core/v1"
@@ -21,7 +25,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 )
@@ -271,24 +278,36 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 	}
 	defer watcher.Stop()
 	writes := 0
+	// seenAt[k]: when a write first showed at least k+1 allocated devices.
+	seenAt := make([]time.Time, allocations)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for event := range watcher.ResultChan() {
-			if event.Type == watch.Modified {
-				writes++
-				if u, ok := event.Object.(*unstructured.Unstructured); ok && summaryIs(allocations, allocations, 0, 0)(decodePool(t, u)) {
-					return
+			u, ok := event.Object.(*unstructured.Unstructured)
+			if event.Type != watch.Modified || !ok {
+				continue
+			}
+			writes++
+			rp := decodePool(t, u)
+			for k := 0; k < int(rp.Status.Summary.AllocatedDevices) && k < allocations; k++ {
+				if seenAt[k].IsZero() {
+					seenAt[k] = time.Now()
 				}
+			}
+			if summaryIs(allocations, allocations, 0, 0)(rp) {
+				return
 			}
 		}
 	}()
 
 	start := time.Now()
+	writtenAt := make([]time.Time, allocations)
 	for i := range allocations {
 		claim := fmt.Sprintf("claim-%d", i)
 		s.addClaim(claim, false)
 		s.allocateDirectly(claim, node, fmt.Sprintf("gpu-%d", i))
+		writtenAt[i] = time.Now()
 	}
 	select {
 	case <-done:
@@ -301,6 +320,20 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 	t.Logf("%d allocations over %v caused %d ResourcePool writes", allocations, elapsed.Round(time.Millisecond), writes)
 	if writes > bound || writes >= allocations/4 {
 		t.Errorf("%d allocations over %v caused %d ResourcePool writes; want at most %d (one per second) and far fewer than %d", allocations, elapsed, writes, bound, allocations)
+	}
+	// Figures for docs/resourcepools.md, measured, not asserted: from each
+	// claim status write to the first ResourcePool write showing it, and the
+	// scheduler's own histograms.
+	delays := make([]time.Duration, allocations)
+	for i := range delays {
+		delays[i] = seenAt[i].Sub(writtenAt[i])
+	}
+	slices.Sort(delays)
+	t.Logf("claim status write -> ResourcePool shows it (end to end, with 1s coalescing): p50 %v, p99 %v",
+		delays[allocations/2].Round(time.Millisecond), delays[allocations*99/100].Round(time.Millisecond))
+	for _, name := range []string{"drascope_resourcepool_snapshot_delay_seconds", "drascope_resourcepool_publish_delay_seconds"} {
+		p50, p99, count := scrapeHistogramQuantiles(t, name)
+		t.Logf("%s over %d observations in this test process: p50 <= %v, p99 <= %v (bucket bounds)", name, count, p50, p99)
 	}
 	if err := env.client.ResourceV1().ResourceClaims(s.namespace).DeleteCollection(s.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
@@ -318,39 +351,22 @@ func TestResourcePoolsAfterSchedulerRestart(t *testing.T) {
 	before := s.waitForResourcePool(staysName, "created", summaryIs(1, 0, 1, 0))
 	s.waitForResourcePool(goesName, "created", summaryIs(1, 0, 1, 0))
 
-	env.stopScheduler()
-	env.stopScheduler = nil
-	t.Cleanup(func() {
-		if env.stopScheduler == nil {
-			// Leave a scheduler running for the tests after this one.
-			stop, err := startInProcessScheduler(context.Background())
-			if err != nil {
-				t.Fatalf("restarting the scheduler: %v", err)
-			}
-			env.stopScheduler = stop
+	restartScheduler(t, func() {
+		if err := env.client.ResourceV1().ResourceSlices().Delete(s.ctx, sliceName(goes), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		orphan, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&v1alpha1.ResourcePool{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ResourcePool"},
+			ObjectMeta: metav1.ObjectMeta{Name: s.namespace + ".orphan"},
+			Spec:       v1alpha1.ResourcePoolSpec{Driver: driverName, PoolName: s.namespace + "-never-existed"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := resourcePools(t).Create(s.ctx, &unstructured.Unstructured{Object: orphan}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
 	})
-
-	if err := env.client.ResourceV1().ResourceSlices().Delete(s.ctx, sliceName(goes), metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	orphan, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&v1alpha1.ResourcePool{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ResourcePool"},
-		ObjectMeta: metav1.ObjectMeta{Name: s.namespace + ".orphan"},
-		Spec:       v1alpha1.ResourcePoolSpec{Driver: driverName, PoolName: s.namespace + "-never-existed"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := resourcePools(t).Create(s.ctx, &unstructured.Unstructured{Object: orphan}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	stop, err := startInProcessScheduler(context.Background())
-	if err != nil {
-		t.Fatalf("restarting the scheduler: %v", err)
-	}
-	env.stopScheduler = stop
 
 	s.waitForResourcePoolGone(goesName)
 	s.waitForResourcePoolGone(s.namespace + ".orphan")
@@ -386,9 +402,54 @@ func TestMetricsMatchResourcePools(t *testing.T) {
 	}
 }
 
-// scrapeGauge reads one sample from the in-process scheduler's /metrics, as
-// an admin (the endpoint is behind delegated authorization); -1 if absent.
+// scrapeHistogramQuantiles returns the upper bounds of the buckets holding
+// the 50th and 99th percentiles of a histogram on /metrics.
+func scrapeHistogramQuantiles(t *testing.T, name string) (p50, p99 time.Duration, count uint64) {
+	t.Helper()
+	family, ok := scrapeMetrics(t)[name]
+	if !ok || len(family.GetMetric()) == 0 {
+		t.Fatalf("/metrics has no %s", name)
+	}
+	h := family.GetMetric()[0].GetHistogram()
+	count = h.GetSampleCount()
+	bound := func(q float64) time.Duration {
+		for _, b := range h.GetBucket() {
+			if float64(b.GetCumulativeCount()) >= q*float64(count) {
+				return time.Duration(b.GetUpperBound() * float64(time.Second))
+			}
+		}
+		return -1
+	}
+	return bound(0.5), bound(0.99), count
+}
+
+// scrapeGauge reads one sample from the in-process scheduler's /metrics; -1
+// if absent.
 func scrapeGauge(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	family, ok := scrapeMetrics(t)[name]
+	if !ok {
+		return -1
+	}
+next:
+	for _, m := range family.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		for k, v := range labels {
+			if got[k] != v {
+				continue next
+			}
+		}
+		return m.GetGauge().GetValue()
+	}
+	return -1
+}
+
+// scrapeMetrics reads the in-process scheduler's /metrics as an admin (the
+// endpoint is behind delegated authorization).
+func scrapeMetrics(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", env.schedulerPort), nil)
 	if err != nil {
@@ -409,22 +470,113 @@ func scrapeGauge(t *testing.T, name string, labels map[string]string) float64 {
 	if err != nil {
 		t.Fatalf("parsing /metrics: %v", err)
 	}
-	family, ok := families[name]
-	if !ok {
-		return -1
-	}
-next:
-	for _, m := range family.GetMetric() {
-		got := map[string]string{}
-		for _, l := range m.GetLabel() {
-			got[l.GetName()] = l.GetValue()
+	return families
+}
+
+// restartScheduler stops the in-process scheduler, runs between (with no
+// scheduler running), and starts it again; the restart also happens if the
+// test fails midway, so that later tests have a scheduler.
+func restartScheduler(t *testing.T, between func()) {
+	t.Helper()
+	env.stopScheduler()
+	env.stopScheduler = nil
+	start := func() {
+		stop, err := startInProcessScheduler(context.Background())
+		if err != nil {
+			t.Fatalf("restarting the scheduler: %v", err)
 		}
-		for k, v := range labels {
-			if got[k] != v {
-				continue next
+		env.stopScheduler = stop
+	}
+	t.Cleanup(func() {
+		if env.stopScheduler == nil {
+			start()
+		}
+	})
+	between()
+	start()
+}
+
+const crdMissingWarning = "the ResourcePool CRD (resourcepools.drascope.dev) is not installed"
+
+// Without the CRD the scheduler says so once, clearly, and keeps scheduling.
+func TestSchedulingWithoutTheResourcePoolCRD(t *testing.T) {
+	crds, err := apiextensionsclient.NewForConfig(env.cp.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const crdName = "resourcepools.drascope.dev"
+	logBefore := schedulerLogLength(t)
+	restartScheduler(t, func() {
+		if err := crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crdName, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+			_, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			t.Fatalf("CRD %s was not deleted", crdName)
+		}
+	})
+	// Put the CRD back, under a scheduler that will find it at start; on
+	// failure too, for the tests that follow.
+	crdBack := false
+	reinstall := func() {
+		restartScheduler(t, func() {
+			if err := applyManifest(context.Background(), env.client, filepath.Join(crdsDir, "resourcepools.drascope.dev.yaml")); err != nil {
+				t.Fatalf("reinstalling the CRD: %v", err)
 			}
-		}
-		return m.GetGauge().GetValue()
+		})
+		crdBack = true
 	}
-	return -1
+	t.Cleanup(func() {
+		if !crdBack {
+			reinstall()
+		}
+	})
+
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 1)
+	s.addClaimTemplate("gpu", false)
+	s.addPod("trainer", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("trainer")
+
+	var warnings int
+	err = wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		warnings = strings.Count(schedulerLogSince(t, logBefore), crdMissingWarning)
+		return warnings > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the scheduler log has no %q", crdMissingWarning)
+	}
+	// A second pool change must not repeat it.
+	s.addNode("more", 1)
+	s.addPod("trainer-2", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("trainer-2")
+	if warnings = strings.Count(schedulerLogSince(t, logBefore), crdMissingWarning); warnings != 1 {
+		t.Errorf("the warning appeared %d times, want once", warnings)
+	}
+
+	reinstall()
+	s.waitForResourcePool(poolObjectName(t, node), "published once the CRD is back", summaryIs(1, 1, 0, 0))
+}
+
+func schedulerLogLength(t *testing.T) int64 {
+	t.Helper()
+	klog.Flush()
+	info, err := os.Stat(env.schedulerLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Size()
+}
+
+func schedulerLogSince(t *testing.T, offset int64) string {
+	t.Helper()
+	klog.Flush()
+	data, err := os.ReadFile(env.schedulerLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data[min(offset, int64(len(data))):])
 }
