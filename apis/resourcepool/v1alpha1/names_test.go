@@ -52,3 +52,10 @@ func TestHashedName(t *testing.T) {
 		seen[name] = p
 	}
 }
+
+// The example in docs/resourcepools.md.
+func TestHashedNameDocumentedExample(t *testing.T) {
+	if got, want := HashedName("gpu.example.com", "Node_1"), "gpu-example-com-node-1-0f36065bb272cea0"; got != want {
+		t.Errorf("HashedName = %q, docs/resourcepools.md says %q", got, want)
+	}
+}
