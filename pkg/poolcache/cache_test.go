@@ -1,10 +1,11 @@
 package poolcache
 
 import (
+	"cmp"
 	"slices"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -56,7 +57,7 @@ func TestOnlyTouchedPoolsAreRecomputed(t *testing.T) {
 	c := New(Options{})
 	var told [][]drausage.PoolID
 	c.Subscribe(func(changed []drausage.PoolID) {
-		slices.SortFunc(changed, func(a, b drausage.PoolID) int { return cmpString(a.Pool, b.Pool) })
+		slices.SortFunc(changed, func(a, b drausage.PoolID) int { return cmp.Compare(a.Pool, b.Pool) })
 		told = append(told, changed)
 	})
 	c.SetSlice(slice("a", "node-a", "gpu-0", "gpu-1"))
@@ -65,7 +66,7 @@ func TestOnlyTouchedPoolsAreRecomputed(t *testing.T) {
 	before := c.Get(pool("node-b")).Version
 
 	c.SetClaim(claim("x", "10", pool("node-a")))
-	if changed := c.Sync(); !cmp.Equal(changed, []drausage.PoolID{pool("node-a")}) {
+	if changed := c.Sync(); !gocmp.Equal(changed, []drausage.PoolID{pool("node-a")}) {
 		t.Errorf("recomputed %v, want only node-a", changed)
 	}
 	if got := allocatedIn(c, pool("node-a")); got != 1 {
@@ -78,19 +79,9 @@ func TestOnlyTouchedPoolsAreRecomputed(t *testing.T) {
 		t.Error("a Sync without changes recomputed something")
 	}
 	want := [][]drausage.PoolID{{pool("node-a"), pool("node-b")}, {pool("node-a")}}
-	if diff := cmp.Diff(want, told); diff != "" {
+	if diff := gocmp.Diff(want, told); diff != "" {
 		t.Errorf("listener calls (-want +got):\n%s", diff)
 	}
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func TestInFlightAllocations(t *testing.T) {
@@ -207,8 +198,8 @@ func TestPoolsComeAndGo(t *testing.T) {
 	if len(c.List()) != 0 {
 		t.Errorf("pools left after deleting every slice: %d", len(c.List()))
 	}
-	slices.SortFunc(removed, func(a, b drausage.PoolID) int { return cmpString(a.Pool, b.Pool) })
-	if diff := cmp.Diff([]drausage.PoolID{pool("fabric"), pool("fabric-b")}, removed); diff != "" {
+	slices.SortFunc(removed, func(a, b drausage.PoolID) int { return cmp.Compare(a.Pool, b.Pool) })
+	if diff := gocmp.Diff([]drausage.PoolID{pool("fabric"), pool("fabric-b")}, removed); diff != "" {
 		t.Errorf("listener told of removals (-want +got):\n%s", diff)
 	}
 }
@@ -226,7 +217,7 @@ func TestDeviceTaintRules(t *testing.T) {
 		},
 	}
 	c.SetDeviceTaintRule(rule)
-	if changed := c.Sync(); !cmp.Equal(changed, []drausage.PoolID{pool("node-a")}) {
+	if changed := c.Sync(); !gocmp.Equal(changed, []drausage.PoolID{pool("node-a")}) {
 		t.Errorf("a rule for node-a recomputed %v", changed)
 	}
 	if got := c.Get(pool("node-a")).Summary.Unavailable; got != 1 {

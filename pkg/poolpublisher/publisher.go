@@ -5,6 +5,7 @@
 package poolpublisher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -475,19 +476,10 @@ func condition(old []metav1.Condition, typ string, ok bool, trueReason, falseRea
 func sameStatus(a, b *v1alpha1.ResourcePoolStatus) bool {
 	x, y := a.DeepCopy(), b.DeepCopy()
 	x.LastUpdateTime, y.LastUpdateTime = nil, nil
-	slices.SortFunc(x.Conditions, func(a, b metav1.Condition) int { return compareStrings(a.Type, b.Type) })
-	slices.SortFunc(y.Conditions, func(a, b metav1.Condition) int { return compareStrings(a.Type, b.Type) })
+	byType := func(a, b metav1.Condition) int { return cmp.Compare(a.Type, b.Type) }
+	slices.SortFunc(x.Conditions, byType)
+	slices.SortFunc(y.Conditions, byType)
 	return apiequality.Semantic.DeepEqual(x, y)
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func toUnstructured(obj *v1alpha1.ResourcePool) (*unstructured.Unstructured, error) {
