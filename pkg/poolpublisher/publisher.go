@@ -65,9 +65,11 @@ type Publisher struct {
 	client dynamic.NamespaceableResourceInterface
 	opts   Options
 	clock  clock.WithTicker
-	queue  workqueue.TypedRateLimitingInterface[drausage.PoolID]
 
 	mu sync.Mutex
+	// queue of pools to sync; nil while not publishing (no lease). Each term
+	// of holding the lease has its own, because a queue cannot restart.
+	queue workqueue.TypedRateLimitingInterface[drausage.PoolID]
 	// objects: the last known server state of each pool's object.
 	objects map[drausage.PoolID]*v1alpha1.ResourcePool
 	// names in use, to keep two pools from sharing one.
@@ -90,46 +92,63 @@ func New(source Source, client dynamic.Interface, opts Options) *Publisher {
 		opts.Synced = func() bool { return true }
 	}
 	p := &Publisher{
-		source:    source,
-		client:    client.Resource(v1alpha1.Resource),
-		opts:      opts,
-		clock:     c,
-		objects:   map[drausage.PoolID]*v1alpha1.ResourcePool{},
-		names:     map[string]drausage.PoolID{},
-		lastWrite: map[drausage.PoolID]time.Time{},
-		conflicts: map[drausage.PoolID]sets.Set[string]{},
-
-		unpublishedSince: map[drausage.PoolID]time.Time{},
+		source: source,
+		client: client.Resource(v1alpha1.Resource),
+		opts:   opts,
+		clock:  c,
 	}
-	p.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[drausage.PoolID](200*time.Millisecond, 30*time.Second),
-		workqueue.TypedRateLimitingQueueConfig[drausage.PoolID]{Name: "drascope_resourcepool_publisher", Clock: c},
-	)
+	p.resetLocked(nil)
 	source.Subscribe(func(changed []drausage.PoolID) {
 		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.queue == nil {
+			return
+		}
 		for _, id := range changed {
 			if _, ok := p.unpublishedSince[id]; !ok {
 				if snap := source.Get(id); snap != nil {
 					p.unpublishedSince[id] = snap.ChangedAt
 				}
 			}
-		}
-		p.mu.Unlock()
-		for _, id := range changed {
 			p.queue.Add(id)
 		}
 	})
 	return p
 }
 
+// resetLocked starts a term with a new queue (nil: not publishing) and
+// forgets what an earlier term knew of the server, which may be stale.
+func (p *Publisher) resetLocked(queue workqueue.TypedRateLimitingInterface[drausage.PoolID]) {
+	p.queue = queue
+	p.objects = map[drausage.PoolID]*v1alpha1.ResourcePool{}
+	p.names = map[string]drausage.PoolID{}
+	p.lastWrite = map[drausage.PoolID]time.Time{}
+	p.conflicts = map[drausage.PoolID]sets.Set[string]{}
+	p.unpublishedSince = map[drausage.PoolID]time.Time{}
+}
+
 // crdCheckInterval is how often a publisher without the CRD looks again.
 const crdCheckInterval = 30 * time.Second
 
 // Run publishes until ctx ends. Call it only while holding the publisher
-// lease. Without the CRD installed it logs one warning, keeps looking, and
-// never disturbs scheduling.
+// lease; it may be called again for a later term. Without the CRD installed
+// it logs one warning, looks again every 30s, and never disturbs scheduling.
 func (p *Publisher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[drausage.PoolID](200*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[drausage.PoolID]{Name: "drascope_resourcepool_publisher", Clock: p.clock},
+	)
+	p.mu.Lock()
+	p.resetLocked(queue)
+	p.mu.Unlock()
+	defer func() {
+		queue.ShutDown()
+		p.mu.Lock()
+		p.resetLocked(nil)
+		p.mu.Unlock()
+	}()
+
 	warned := false
 	err := wait.PollUntilContextCancel(ctx, crdCheckInterval, true, func(ctx context.Context) (bool, error) {
 		err := p.adoptExisting(ctx)
@@ -147,7 +166,6 @@ func (p *Publisher) Run(ctx context.Context) {
 		return false, nil
 	})
 	if err != nil {
-		p.queue.ShutDown()
 		return
 	}
 	logger.Info("Publishing pool status as ResourcePool objects", "minInterval", p.opts.MinInterval)
@@ -160,19 +178,19 @@ func (p *Publisher) Run(ctx context.Context) {
 		}
 		p.mu.Lock()
 		for id := range p.objects {
-			p.queue.Add(id)
+			queue.Add(id)
 		}
 		p.mu.Unlock()
 		for _, snap := range p.source.List() {
-			p.queue.Add(snap.PoolID)
+			queue.Add(snap.PoolID)
 		}
 	}()
 
 	go func() {
 		<-ctx.Done()
-		p.queue.ShutDown()
+		queue.ShutDown()
 	}()
-	for p.processNext(ctx) {
+	for p.processNext(ctx, queue) {
 	}
 }
 
@@ -197,15 +215,15 @@ func (p *Publisher) adoptExisting(ctx context.Context) error {
 	return nil
 }
 
-func (p *Publisher) processNext(ctx context.Context) bool {
-	id, shutdown := p.queue.Get()
+func (p *Publisher) processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[drausage.PoolID]) bool {
+	id, shutdown := queue.Get()
 	if shutdown {
 		return false
 	}
-	defer p.queue.Done(id)
+	defer queue.Done(id)
 
 	if wait := p.untilAllowed(id); wait > 0 {
-		p.queue.AddAfter(id, wait)
+		queue.AddAfter(id, wait)
 		return true
 	}
 	start := p.clock.Now()
@@ -215,10 +233,10 @@ func (p *Publisher) processNext(ctx context.Context) bool {
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Publishing ResourcePool; will retry with backoff", "driver", id.Driver, "pool", id.Pool)
-		p.queue.AddRateLimited(id)
+		queue.AddRateLimited(id)
 		return true
 	}
-	p.queue.Forget(id)
+	queue.Forget(id)
 	return true
 }
 

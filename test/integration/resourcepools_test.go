@@ -31,6 +31,8 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/poolcache"
+	"github.com/drascope/drascope/pkg/poolpublisher"
 )
 
 func resourcePools(t *testing.T) dynamic.ResourceInterface {
@@ -579,4 +581,48 @@ func schedulerLogSince(t *testing.T, offset int64) string {
 		t.Fatal(err)
 	}
 	return string(data[min(offset, int64(len(data))):])
+}
+
+// A publisher that loses its lease and later gets it back publishes again:
+// each term starts afresh. The publisher here is fed by a cache of its own,
+// for a driver the scheduler does not know, so the two do not meet.
+func TestPublisherServesASecondTerm(t *testing.T) {
+	s := newScenario(t, nil)
+	const testDriver = "terms.example.com"
+	pool := s.namespace
+	cache := poolcache.New(poolcache.Options{})
+	slice := func(devices int) *resourceapi.ResourceSlice {
+		sl := &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: pool},
+			Spec:       resourceapi.ResourceSliceSpec{Driver: testDriver, Pool: resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 1}, AllNodes: ptr.To(true)},
+		}
+		for _, d := range gpuNames(0, devices) {
+			sl.Spec.Devices = append(sl.Spec.Devices, resourceapi.Device{Name: d})
+		}
+		return sl
+	}
+	client, err := dynamic.NewForConfig(env.cp.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publisher := poolpublisher.New(cache, client, poolpublisher.Options{MinInterval: 100 * time.Millisecond})
+	name, _ := v1alpha1.PlainName(testDriver, pool)
+	t.Cleanup(func() { _ = resourcePools(t).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+
+	term := func(devices int32) {
+		ctx, cancel := context.WithCancel(s.ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); publisher.Run(ctx) }()
+		s.waitForResourcePool(name, fmt.Sprintf("%d devices", devices), summaryIs(devices, 0, devices, 0))
+		cancel()
+		<-done
+	}
+	cache.SetSlice(slice(2))
+	cache.Sync()
+	term(2)
+
+	// Changes while not holding the lease are published in the next term.
+	cache.SetSlice(slice(3))
+	cache.Sync()
+	term(3)
 }
