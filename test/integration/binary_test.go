@@ -42,7 +42,7 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 	}{
 		"unknown field": {
 			oldNew: []string{"requireNamespaceLabel: true", "requireNamespaceLabels: true"},
-			want:   []string{".profiles[1].pluginConfig[0]", "unknown field", "adminAccess.requireNamespaceLabels"},
+			want:   []string{".profiles[0].pluginConfig[0]", "unknown field", "adminAccess.requireNamespaceLabels"},
 		},
 		"invalid value": {
 			oldNew: []string{"      adminAccess:", "      bindingTimeout: 100ms\n      adminAccess:"},
@@ -50,7 +50,7 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 		},
 		"wrong type": {
 			oldNew: []string{"      adminAccess:", "      filterTimeout: [10s]\n      adminAccess:"},
-			want:   []string{".profiles[1].pluginConfig[0]", "DRAScopeArgs.filterTimeout"},
+			want:   []string{".profiles[0].pluginConfig[0]", "DRAScopeArgs.filterTimeout"},
 		},
 	}
 	for name, tc := range tests {

@@ -147,3 +147,39 @@ func TestLoadArgs(t *testing.T) {
 		})
 	}
 }
+
+// The shipped configurations load, and their DRAScope profile runs DRAScope
+// instead of DynamicResources, before DefaultPreemption.
+func TestShippedConfigs(t *testing.T) {
+	for file, profiles := range map[string][]string{
+		"config.yaml":              {"drascope-scheduler"},
+		"config-two-profiles.yaml": {"default-scheduler", "drascope-scheduler"},
+	} {
+		t.Run(file, func(t *testing.T) {
+			logger, _ := ktesting.NewTestContext(t)
+			cfg, err := options.LoadConfigFromFile(logger, filepath.Join("..", "..", "..", "manifests", "scheduler", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, p := range cfg.Profiles {
+				names = append(names, p.SchedulerName)
+			}
+			if diff := cmp.Diff(profiles, names); diff != "" {
+				t.Fatalf("profiles (-want +got):\n%s", diff)
+			}
+			if !cfg.LeaderElection.LeaderElect || cfg.LeaderElection.ResourceName != "drascope-scheduler" || cfg.LeaderElection.ResourceNamespace != "kube-system" {
+				t.Errorf("leader election %+v, want the lease kube-system/drascope-scheduler", cfg.LeaderElection)
+			}
+			drascope := cfg.Profiles[len(cfg.Profiles)-1]
+			var enabled []string
+			for _, p := range drascope.Plugins.MultiPoint.Enabled {
+				enabled = append(enabled, p.Name)
+			}
+			joined := strings.Join(enabled, ",")
+			if strings.Contains(joined, "DynamicResources") || !strings.Contains(joined, "DRAScope,DefaultPreemption") {
+				t.Errorf("drascope-scheduler multiPoint plugins %s: want DRAScope right before DefaultPreemption, no DynamicResources", joined)
+			}
+		})
+	}
+}

@@ -31,7 +31,8 @@ var (
 )
 
 // poolCacheFor returns the scheduler's side cache, starting it (and the
-// publisher, when enabled) on first use.
+// publisher, when enabled) on first use. With several DRAScope profiles, the
+// poolStatus args of the first one built apply.
 func poolCacheFor(ctx context.Context, fh fwk.Handle, args *config.DRAScopeArgs) (*poolcache.Cache, error) {
 	poolCachesMu.Lock()
 	defer poolCachesMu.Unlock()
