@@ -1,0 +1,90 @@
+package poolpublisher
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/poolcache"
+)
+
+func snapshot(complete, conflict bool) *poolcache.Snapshot {
+	u := drausage.PoolUsage{
+		PoolID:         drausage.PoolID{Driver: "gpu.example.com", Pool: "node-1"},
+		NodeName:       "node-1",
+		Generation:     3,
+		ObservedSlices: 2, ExpectedSlices: 2,
+		Summary: drausage.Summary{Total: 4, Allocated: 2, Available: 1, Unavailable: 1, PartiallyAllocated: 1},
+	}
+	if !complete {
+		u.ObservedSlices = 1
+		u.ValidationErrors = append(u.ValidationErrors, drausage.ValidationError{Kind: drausage.MissingSlices, Message: "pool gpu.example.com/node-1 is incomplete: 1 of 2 slices at generation 3"})
+	}
+	if conflict {
+		u.ValidationErrors = append(u.ValidationErrors, drausage.ValidationError{Kind: drausage.AllocationConflict, Message: "device gpu.example.com/node-1/gpu-0 is allocated to 2 claims without admin access"})
+	}
+	return &poolcache.Snapshot{PoolUsage: u}
+}
+
+func TestStatusFor(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 7, 0, 0, 0, time.UTC)
+	t1 := t0.Add(time.Minute)
+
+	first := statusFor(snapshot(false, false), nil, t0)
+	if got := *first.Summary; got != (v1alpha1.PoolSummary{TotalDevices: 4, AllocatedDevices: 2, AvailableDevices: 1, UnavailableDevices: 1, PartiallyAllocatedDevices: 1}) {
+		t.Errorf("summary %+v", got)
+	}
+	if first.ObservedSliceCount != 1 || first.ExpectedSliceCount != 2 || first.ObservedGeneration != 3 {
+		t.Errorf("slice counts %d/%d at generation %d", first.ObservedSliceCount, first.ExpectedSliceCount, first.ObservedGeneration)
+	}
+	complete := meta.FindStatusCondition(first.Conditions, v1alpha1.ConditionComplete)
+	valid := meta.FindStatusCondition(first.Conditions, v1alpha1.ConditionValid)
+	if complete.Status != metav1.ConditionFalse || complete.Reason != "SlicesMissing" || valid.Status != metav1.ConditionTrue {
+		t.Errorf("missing slices: want Complete=False/SlicesMissing and Valid=True, got %+v %+v", complete, valid)
+	}
+
+	// The same status a minute later: nothing moves, not even lastUpdateTime.
+	existing := &v1alpha1.ResourcePool{Status: *first}
+	same := statusFor(snapshot(false, false), existing, t1)
+	if !sameStatus(first, same) || !same.LastUpdateTime.Equal(first.LastUpdateTime) {
+		t.Errorf("an unchanged snapshot changed the status: %+v -> %+v", first, same)
+	}
+
+	// A conflict flips Valid (new transition time); Complete keeps its own.
+	changed := statusFor(snapshot(false, true), existing, t1)
+	if sameStatus(first, changed) {
+		t.Fatal("a new conflict did not change the status")
+	}
+	valid = meta.FindStatusCondition(changed.Conditions, v1alpha1.ConditionValid)
+	complete = meta.FindStatusCondition(changed.Conditions, v1alpha1.ConditionComplete)
+	if valid.Status != metav1.ConditionFalse || !valid.LastTransitionTime.Time.Equal(t1) {
+		t.Errorf("Valid %+v: want False since %v", valid, t1)
+	}
+	if !complete.LastTransitionTime.Time.Equal(t0) {
+		t.Errorf("Complete moved its transition time to %v without changing", complete.LastTransitionTime)
+	}
+	if len(changed.ValidationErrors) != 2 || !changed.LastUpdateTime.Time.Equal(t1) {
+		t.Errorf("validationErrors %q, lastUpdateTime %v", changed.ValidationErrors, changed.LastUpdateTime)
+	}
+}
+
+func TestNameForTakenPlainName(t *testing.T) {
+	p := &Publisher{}
+	p.resetLocked(nil)
+	first := drausage.PoolID{Driver: "a.b", Pool: "c"}
+	second := drausage.PoolID{Driver: "a", Pool: "b.c"}
+	if got := p.nameFor(first); got != "a.b.c" {
+		t.Fatalf("first pool got %q, want its plain name", got)
+	}
+	p.names["a.b.c"] = first
+	if got := p.nameFor(first); got != "a.b.c" {
+		t.Errorf("a pool lost its own plain name: %q", got)
+	}
+	if got, want := p.nameFor(second), v1alpha1.HashedName("a", "b.c"); got != want {
+		t.Errorf("second pool with the same plain name got %q, want the hashed %q", got, want)
+	}
+}
