@@ -357,8 +357,11 @@ func (p *Publisher) updateStatus(ctx context.Context, id drausage.PoolID, obj *v
 	since, ok := p.unpublishedSince[id]
 	delete(p.unpublishedSince, id)
 	p.mu.Unlock()
-	if ok && p.opts.ObservePublished != nil {
-		p.opts.ObservePublished(now.Sub(since))
+	if ok {
+		klog.FromContext(ctx).V(4).Info("Updated ResourcePool status", "resourcepool", current.Name, "delay", now.Sub(since))
+		if p.opts.ObservePublished != nil {
+			p.opts.ObservePublished(now.Sub(since))
+		}
 	}
 	return nil
 }
