@@ -5,14 +5,11 @@
 package poolpublisher
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +25,15 @@ import (
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/poolcache"
+	"github.com/drascope/drascope/pkg/poolstatus"
 )
+
+func existingStatus(obj *v1alpha1.ResourcePool) *v1alpha1.ResourcePoolStatus {
+	if obj == nil {
+		return nil
+	}
+	return &obj.Status
+}
 
 // Source is what the publisher reads: the side cache.
 type Source interface {
@@ -273,7 +278,7 @@ func (p *Publisher) sync(ctx context.Context, id drausage.PoolID) error {
 	}
 	p.reportConflicts(ctx, snap)
 
-	status := statusFor(snap, existing, p.clock.Now())
+	status := poolstatus.For(&snap.PoolUsage, existingStatus(existing), p.clock.Now())
 	if existing == nil {
 		return p.create(ctx, id, snap, status)
 	}
@@ -285,7 +290,7 @@ func (p *Publisher) sync(ctx context.Context, id drausage.PoolID) error {
 		p.forget(id, existing.Name)
 		return p.create(ctx, id, snap, status)
 	}
-	if sameStatus(&existing.Status, status) {
+	if poolstatus.Equal(&existing.Status, status) {
 		// The object already shows this snapshot: nothing is unpublished.
 		p.mu.Lock()
 		delete(p.unpublishedSince, id)
@@ -426,81 +431,6 @@ func (p *Publisher) reportConflicts(ctx context.Context, snap *poolcache.Snapsho
 	for _, msg := range sets.List(current.Difference(reported)) {
 		p.opts.ReportConflict(ctx, snap.PoolID, msg)
 	}
-}
-
-// statusFor renders a snapshot as a ResourcePool status, keeping condition
-// transition times and lastUpdateTime of an unchanged status.
-func statusFor(snap *poolcache.Snapshot, existing *v1alpha1.ResourcePool, now time.Time) *v1alpha1.ResourcePoolStatus {
-	s := snap.Summary
-	status := &v1alpha1.ResourcePoolStatus{
-		Summary: &v1alpha1.PoolSummary{
-			TotalDevices:              int32(s.Total),
-			AllocatedDevices:          int32(s.Allocated),
-			AvailableDevices:          int32(s.Available),
-			UnavailableDevices:        int32(s.Unavailable),
-			PartiallyAllocatedDevices: int32(s.PartiallyAllocated),
-		},
-		TruncatedErrorCount: int32(snap.TruncatedErrorCount),
-		ObservedSliceCount:  int32(snap.ObservedSlices),
-		ExpectedSliceCount:  int32(snap.ExpectedSlices),
-		ObservedGeneration:  snap.Generation,
-		LastUpdateTime:      &metav1.Time{Time: now.Truncate(time.Second)},
-	}
-	var incomplete, invalid []string
-	for _, e := range snap.ValidationErrors {
-		status.ValidationErrors = append(status.ValidationErrors, e.Message)
-		if e.Kind == drausage.MissingSlices {
-			incomplete = append(incomplete, e.Message)
-		} else {
-			invalid = append(invalid, e.Message)
-		}
-	}
-	var old []metav1.Condition
-	if existing != nil {
-		old = existing.Status.Conditions
-	}
-	status.Conditions = []metav1.Condition{
-		condition(old, v1alpha1.ConditionComplete, snap.Complete(), "AllSlicesPresent", "SlicesMissing",
-			fmt.Sprintf("%d of %d slices at generation %d", snap.ObservedSlices, snap.ExpectedSlices, snap.Generation), now),
-		condition(old, v1alpha1.ConditionValid, snap.Valid(), "ValidationPassed", "ValidationFailed",
-			validMessage(invalid, snap.TruncatedErrorCount), now),
-	}
-	if existing != nil && sameStatus(&existing.Status, status) {
-		status.LastUpdateTime = existing.Status.LastUpdateTime
-	}
-	return status
-}
-
-func validMessage(invalid []string, truncated int) string {
-	switch {
-	case len(invalid) == 0 && truncated == 0:
-		return "no problems found across the pool's slices and allocations"
-	case truncated > 0:
-		return fmt.Sprintf("%d problem(s), %d not listed; see validationErrors", len(invalid)+truncated, truncated)
-	default:
-		return fmt.Sprintf("%d problem(s); see validationErrors", len(invalid))
-	}
-}
-
-func condition(old []metav1.Condition, typ string, ok bool, trueReason, falseReason, message string, now time.Time) metav1.Condition {
-	c := metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: falseReason, Message: message, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second))}
-	if ok {
-		c.Status, c.Reason = metav1.ConditionTrue, trueReason
-	}
-	if prev := meta.FindStatusCondition(old, typ); prev != nil && prev.Status == c.Status {
-		c.LastTransitionTime = prev.LastTransitionTime
-	}
-	return c
-}
-
-// sameStatus compares statuses without lastUpdateTime.
-func sameStatus(a, b *v1alpha1.ResourcePoolStatus) bool {
-	x, y := a.DeepCopy(), b.DeepCopy()
-	x.LastUpdateTime, y.LastUpdateTime = nil, nil
-	byType := func(a, b metav1.Condition) int { return cmp.Compare(a.Type, b.Type) }
-	slices.SortFunc(x.Conditions, byType)
-	slices.SortFunc(y.Conditions, byType)
-	return apiequality.Semantic.DeepEqual(x, y)
 }
 
 func toUnstructured(obj *v1alpha1.ResourcePool) (*unstructured.Unstructured, error) {

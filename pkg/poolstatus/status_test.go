@@ -1,4 +1,4 @@
-package poolpublisher
+package poolstatus
 
 import (
 	"testing"
@@ -9,10 +9,9 @@ import (
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
-	"github.com/drascope/drascope/pkg/poolcache"
 )
 
-func snapshot(complete, conflict bool) *poolcache.Snapshot {
+func usage(complete, conflict bool) *drausage.PoolUsage {
 	u := drausage.PoolUsage{
 		PoolID:         drausage.PoolID{Driver: "gpu.example.com", Pool: "node-1"},
 		NodeName:       "node-1",
@@ -27,14 +26,14 @@ func snapshot(complete, conflict bool) *poolcache.Snapshot {
 	if conflict {
 		u.ValidationErrors = append(u.ValidationErrors, drausage.ValidationError{Kind: drausage.AllocationConflict, Message: "device gpu.example.com/node-1/gpu-0 is allocated to 2 claims without admin access"})
 	}
-	return &poolcache.Snapshot{PoolUsage: u}
+	return &u
 }
 
 func TestStatusFor(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 7, 0, 0, 0, time.UTC)
 	t1 := t0.Add(time.Minute)
 
-	first := statusFor(snapshot(false, false), nil, t0)
+	first := For(usage(false, false), nil, t0)
 	if got := *first.Summary; got != (v1alpha1.PoolSummary{TotalDevices: 4, AllocatedDevices: 2, AvailableDevices: 1, UnavailableDevices: 1, PartiallyAllocatedDevices: 1}) {
 		t.Errorf("summary %+v", got)
 	}
@@ -48,15 +47,14 @@ func TestStatusFor(t *testing.T) {
 	}
 
 	// The same status a minute later: nothing moves, not even lastUpdateTime.
-	existing := &v1alpha1.ResourcePool{Status: *first}
-	same := statusFor(snapshot(false, false), existing, t1)
-	if !sameStatus(first, same) || !same.LastUpdateTime.Equal(first.LastUpdateTime) {
+	same := For(usage(false, false), first, t1)
+	if !Equal(first, same) || !same.LastUpdateTime.Equal(first.LastUpdateTime) {
 		t.Errorf("an unchanged snapshot changed the status: %+v -> %+v", first, same)
 	}
 
 	// A conflict flips Valid (new transition time); Complete keeps its own.
-	changed := statusFor(snapshot(false, true), existing, t1)
-	if sameStatus(first, changed) {
+	changed := For(usage(false, true), first, t1)
+	if Equal(first, changed) {
 		t.Fatal("a new conflict did not change the status")
 	}
 	valid = meta.FindStatusCondition(changed.Conditions, v1alpha1.ConditionValid)
@@ -69,22 +67,5 @@ func TestStatusFor(t *testing.T) {
 	}
 	if len(changed.ValidationErrors) != 2 || !changed.LastUpdateTime.Time.Equal(t1) {
 		t.Errorf("validationErrors %q, lastUpdateTime %v", changed.ValidationErrors, changed.LastUpdateTime)
-	}
-}
-
-func TestNameForTakenPlainName(t *testing.T) {
-	p := &Publisher{}
-	p.resetLocked(nil)
-	first := drausage.PoolID{Driver: "a.b", Pool: "c"}
-	second := drausage.PoolID{Driver: "a", Pool: "b.c"}
-	if got := p.nameFor(first); got != "a.b.c" {
-		t.Fatalf("first pool got %q, want its plain name", got)
-	}
-	p.names["a.b.c"] = first
-	if got := p.nameFor(first); got != "a.b.c" {
-		t.Errorf("a pool lost its own plain name: %q", got)
-	}
-	if got, want := p.nameFor(second), v1alpha1.HashedName("a", "b.c"); got != want {
-		t.Errorf("second pool with the same plain name got %q, want the hashed %q", got, want)
 	}
 }

@@ -1,0 +1,93 @@
+// Package poolstatus renders drausage pool usage as ResourcePool status. The
+// publisher and kubectl dra share it, so both say the same thing.
+package poolstatus
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/drausage"
+)
+
+// For renders a pool's usage as a ResourcePool status. Given the previous
+// status, it keeps the transition times of unchanged conditions, and the
+// lastUpdateTime when nothing else changed.
+func For(snap *drausage.PoolUsage, previous *v1alpha1.ResourcePoolStatus, now time.Time) *v1alpha1.ResourcePoolStatus {
+	s := snap.Summary
+	status := &v1alpha1.ResourcePoolStatus{
+		Summary: &v1alpha1.PoolSummary{
+			TotalDevices:              int32(s.Total),
+			AllocatedDevices:          int32(s.Allocated),
+			AvailableDevices:          int32(s.Available),
+			UnavailableDevices:        int32(s.Unavailable),
+			PartiallyAllocatedDevices: int32(s.PartiallyAllocated),
+		},
+		TruncatedErrorCount: int32(snap.TruncatedErrorCount),
+		ObservedSliceCount:  int32(snap.ObservedSlices),
+		ExpectedSliceCount:  int32(snap.ExpectedSlices),
+		ObservedGeneration:  snap.Generation,
+		LastUpdateTime:      &metav1.Time{Time: now.Truncate(time.Second)},
+	}
+	var incomplete, invalid []string
+	for _, e := range snap.ValidationErrors {
+		status.ValidationErrors = append(status.ValidationErrors, e.Message)
+		if e.Kind == drausage.MissingSlices {
+			incomplete = append(incomplete, e.Message)
+		} else {
+			invalid = append(invalid, e.Message)
+		}
+	}
+	var old []metav1.Condition
+	if previous != nil {
+		old = previous.Conditions
+	}
+	status.Conditions = []metav1.Condition{
+		condition(old, v1alpha1.ConditionComplete, snap.Complete(), "AllSlicesPresent", "SlicesMissing",
+			fmt.Sprintf("%d of %d slices at generation %d", snap.ObservedSlices, snap.ExpectedSlices, snap.Generation), now),
+		condition(old, v1alpha1.ConditionValid, snap.Valid(), "ValidationPassed", "ValidationFailed",
+			validMessage(invalid, snap.TruncatedErrorCount), now),
+	}
+	if previous != nil && Equal(previous, status) {
+		status.LastUpdateTime = previous.LastUpdateTime
+	}
+	return status
+}
+
+func validMessage(invalid []string, truncated int) string {
+	switch {
+	case len(invalid) == 0 && truncated == 0:
+		return "no problems found across the pool's slices and allocations"
+	case truncated > 0:
+		return fmt.Sprintf("%d problem(s), %d not listed; see validationErrors", len(invalid)+truncated, truncated)
+	default:
+		return fmt.Sprintf("%d problem(s); see validationErrors", len(invalid))
+	}
+}
+
+func condition(old []metav1.Condition, typ string, ok bool, trueReason, falseReason, message string, now time.Time) metav1.Condition {
+	c := metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: falseReason, Message: message, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second))}
+	if ok {
+		c.Status, c.Reason = metav1.ConditionTrue, trueReason
+	}
+	if prev := meta.FindStatusCondition(old, typ); prev != nil && prev.Status == c.Status {
+		c.LastTransitionTime = prev.LastTransitionTime
+	}
+	return c
+}
+
+// Equal compares statuses, ignoring lastUpdateTime.
+func Equal(a, b *v1alpha1.ResourcePoolStatus) bool {
+	x, y := a.DeepCopy(), b.DeepCopy()
+	x.LastUpdateTime, y.LastUpdateTime = nil, nil
+	byType := func(a, b metav1.Condition) int { return cmp.Compare(a.Type, b.Type) }
+	slices.SortFunc(x.Conditions, byType)
+	slices.SortFunc(y.Conditions, byType)
+	return apiequality.Semantic.DeepEqual(x, y)
+}
