@@ -27,8 +27,9 @@ all: build
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-build: ## Build bin/drascope-scheduler.
+build: ## Build bin/drascope-scheduler and bin/kubectl-dra.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/drascope-scheduler ./cmd/scheduler
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-dra ./cmd/kubectl-dra
 
 # The control plane the integration tests run against, built from the exact
 # versions go.mod pins (etcd is the version k8s.io/kubernetes requires).

@@ -552,9 +552,22 @@ func TestSchedulingWithoutTheResourcePoolCRD(t *testing.T) {
 		t.Fatalf("the scheduler log has no %q", crdMissingWarning)
 	}
 	// A second pool change must not repeat it.
-	s.addNode("more", 1)
+	more := s.addNode("more", 1)
 	s.addPod("trainer-2", schedulerName, fromTemplate("gpu"))
 	s.waitForPodScheduled("trainer-2")
+
+	// kubectl dra computes the same numbers client side, and says so.
+	out, errOut, err := kubectlDRA(t, "pools", "--node", more)
+	if err != nil {
+		t.Fatalf("kubectl dra pools without the CRD: %v", err)
+	}
+	t.Logf("kubectl dra pools --node %s (CRD missing)\n%s%s", more, errOut, out)
+	if !strings.Contains(errOut, "(the ResourcePool CRD is not installed: computed from ResourceSlices and ResourceClaims)") {
+		t.Errorf("stderr %q does not say the numbers were computed", errOut)
+	}
+	if got := rows(out); len(got) != 2 || strings.Join(got[1][1:], " ") != driverName+" "+more+" "+more+" 1 1 0 0" {
+		t.Errorf("computed rows %q, want the pool with its one device allocated", got)
+	}
 	if warnings = strings.Count(schedulerLogSince(t, logBefore), crdMissingWarning); warnings != 1 {
 		t.Errorf("the warning appeared %d times, want once", warnings)
 	}

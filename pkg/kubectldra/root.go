@@ -1,0 +1,32 @@
+// Package kubectldra implements `kubectl dra`: pool availability from
+// drascope's ResourcePool objects, or computed client side with pkg/drausage
+// when there are none.
+package kubectldra
+
+import (
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+)
+
+// NewCommand returns the `kubectl dra` command tree.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	configFlags := genericclioptions.NewConfigFlags(true)
+	cmd := &cobra.Command{
+		Use: "kubectl-dra",
+		// As kubectl runs it: usage lines read "kubectl dra pools".
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl dra"},
+		Short:       "Show what DRA device pools have left",
+		Long: `kubectl dra shows the availability of Dynamic Resource Allocation device
+pools: how many devices each pool has, how many claims hold, and how many are
+free or unable to take an allocation. It reads the ResourcePool objects that
+drascope-scheduler publishes; without them it computes the same numbers from
+ResourceSlices and ResourceClaims, within what you may read.`,
+		SilenceUsage: true,
+	}
+	cmd.SetOut(streams.Out)
+	cmd.SetErr(streams.ErrOut)
+	configFlags.AddFlags(cmd.PersistentFlags())
+	cmd.AddCommand(newPoolsCommand(configFlags, streams))
+	return cmd
+}
