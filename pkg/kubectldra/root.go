@@ -27,6 +27,6 @@ ResourceSlices and ResourceClaims, within what you may read.`,
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	configFlags.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newPoolsCommand(configFlags, streams))
+	cmd.AddCommand(newPoolsCommand(configFlags, streams), newDescribeCommand(configFlags, streams))
 	return cmd
 }

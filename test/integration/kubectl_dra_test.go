@@ -2,13 +2,18 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/kubectldra"
@@ -147,4 +152,140 @@ func equalRows(a, b [][]string) bool {
 		}
 	}
 	return true
+}
+
+// grantClusterRead lets user get and list the given resources, for the test.
+func grantClusterRead(t *testing.T, s *scenario, user string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
+	if _, err := env.client.RbacV1().ClusterRoles().Create(s.ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.RbacV1().ClusterRoleBindings().Create(s.ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.client.RbacV1().ClusterRoleBindings().Delete(context.Background(), user, metav1.DeleteOptions{})
+		_ = env.client.RbacV1().ClusterRoles().Delete(context.Background(), user, metav1.DeleteOptions{})
+	})
+}
+
+// findLine returns the first output line whose fields start with prefix.
+func findLine(out string, prefix ...string) []string {
+	for _, row := range rows(out) {
+		if len(row) >= len(prefix) && strings.Join(row[:len(prefix)], " ") == strings.Join(prefix, " ") {
+			return row
+		}
+	}
+	return nil
+}
+
+func TestKubectlDRADescribePool(t *testing.T) {
+	s := newScenario(t, adminNamespaceLabels)
+	node := s.addNode("gpus", 0)
+	pool := resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1}
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: sliceName(node)},
+		Spec:       resourceapi.ResourceSliceSpec{Driver: driverName, Pool: pool, NodeName: &node},
+	}
+	for _, d := range gpuNames(0, 4) {
+		slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{Name: d})
+	}
+	slice.Spec.Devices[3].Taints = []resourceapi.DeviceTaint{{Key: "broken", Value: "fan", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	if _, err := env.client.ResourceV1().ResourceSlices().Create(s.ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.slices = append(s.slices, slice.Name)
+	name := poolObjectName(t, node)
+	// gpu-0: two claims (a conflict); gpu-1: an admin-access observer.
+	s.addClaim("first", false)
+	s.addClaim("second", false)
+	s.addClaim("monitor", true)
+	s.allocateDirectly("first", node, "gpu-0")
+	s.allocateDirectly("second", node, "gpu-0")
+	monitor := s.getClaim("monitor")
+	monitor.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: driverName, Pool: node, Device: "gpu-1", AdminAccess: ptr.To(true)}},
+	}}
+	if _, err := env.client.ResourceV1().ResourceClaims(s.namespace).UpdateStatus(s.ctx, monitor, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitForResourcePool(name, "the conflict reported", func(rp *v1alpha1.ResourcePool) bool {
+		return conditionIs(v1alpha1.ConditionValid, metav1.ConditionFalse)(rp) && summaryIs(4, 1, 2, 1)(rp)
+	})
+
+	var out string
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		var err error
+		out, _, err = kubectlDRA(t, "describe", "pool", name)
+		return err == nil && strings.Contains(out, "DeviceAllocationConflict"), err
+	})
+	if err != nil {
+		t.Fatalf("kubectl dra describe pool %s: %v\n%s", name, err, out)
+	}
+	t.Logf("kubectl dra describe pool %s\n%s", name, out)
+	ns := s.namespace
+	for _, want := range [][]string{
+		{"Name:", name},
+		{"Driver:", driverName},
+		{"Pool:", node},
+		{"Node:", node},
+		{"Total:", "4"},
+		{"Allocated:", "1"},
+		{"Available:", "2"},
+		{"Unavailable:", "1"},
+		{"Complete", "True", "AllSlicesPresent"},
+		{"Valid", "False", "ValidationFailed"},
+		{"Slices:", "1", "of", "1"},
+		{"device", driverName + "/" + node + "/gpu-0", "is", "allocated", "to", "2", "claims"},
+		{"gpu-0", "Allocated", ns + "/first,", ns + "/second"},
+		{"gpu-1", "Available", "<none>", "observed", "by", ns + "/monitor", "(admin", "access)"},
+		{"gpu-2", "Available", "<none>"},
+		{"gpu-3", "Unavailable", "<none>", "Tainted:", "broken=fan:NoSchedule"},
+		{"Warning", "DeviceAllocationConflict"},
+	} {
+		if findLine(out, want...) == nil {
+			t.Errorf("no line starting %q in:\n%s", want, out)
+		}
+	}
+
+	// Same pool by driver and pool name.
+	byID, _, err := kubectlDRA(t, "describe", "pool", "--driver", driverName, "--pool", node)
+	if err != nil || findLine(byID, "Name:", name) == nil {
+		t.Errorf("describe pool --driver --pool: %v\n%s", err, byID)
+	}
+
+	// May read ResourcePools and slices, not claims: summary, and one line
+	// instead of the device detail. Never an error.
+	user := s.namespace + "-viewer"
+	grantClusterRead(t, s, user,
+		rbacv1.PolicyRule{APIGroups: []string{"drascope.dev"}, Resources: []string{"resourcepools"}, Verbs: []string{"get", "list"}},
+		rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}})
+	limited, _, err := kubectlDRA(t, "describe", "pool", name, "--as", user)
+	if err != nil {
+		t.Fatalf("missing permission gave an error: %v", err)
+	}
+	t.Logf("kubectl dra describe pool %s --as %s\n%s", name, user, limited)
+	if findLine(limited, "Total:", "4") == nil || findLine(limited, "Device", "Details:", "(listing", "ResourceClaims", "is", "not", "permitted:", "device", "detail", "hidden)") == nil {
+		t.Errorf("want the summary and the hidden-detail line:\n%s", limited)
+	}
+	if strings.Contains(limited, "/first") || strings.Contains(limited, "/monitor") {
+		t.Errorf("a user who may not list claims sees claim names:\n%s", limited)
+	}
+
+	if _, _, err := kubectlDRA(t, "describe", "pool", "no-such-pool"); err == nil || !strings.Contains(err.Error(), `pool "no-such-pool" not found`) {
+		t.Errorf("an unknown pool: want a not-found error, got %v", err)
+	}
+	if _, _, err := kubectlDRA(t, "describe", "pool"); err == nil || !strings.Contains(err.Error(), "either NAME, or both --driver and --pool") {
+		t.Errorf("no pool named: want a usage error, got %v", err)
+	}
+	// End the deliberate conflict before the scenario's invariant check.
+	if err := env.client.ResourceV1().ResourceClaims(s.namespace).Delete(s.ctx, "second", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,0 +1,316 @@
+package kubectldra
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	eventsv1 "k8s.io/api/events/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubectl/pkg/describe"
+
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/drausage"
+)
+
+const describePoolExample = `  # A pool by its ResourcePool name
+  kubectl dra describe pool gpu.example.com.node-1
+
+  # A pool by driver and pool name
+  kubectl dra describe pool --driver gpu.example.com --pool node-1`
+
+func newDescribeCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "describe",
+		Short: "Show the details of a DRA pool",
+	}
+	o := &describePoolOptions{configFlags: configFlags, streams: streams, now: time.Now}
+	pool := &cobra.Command{
+		Use:     "pool (NAME | --driver DRIVER --pool POOL)",
+		Short:   "Show a pool's counts, conditions and devices, as far as you may read them",
+		Example: describePoolExample,
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				o.name = args[0]
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	pool.Flags().StringVar(&o.driver, "driver", "", "The pool's DRA driver (with --pool, instead of NAME).")
+	pool.Flags().StringVar(&o.pool, "pool", "", "The pool's name (with --driver, instead of NAME).")
+	cmd.AddCommand(pool)
+	return cmd
+}
+
+type describePoolOptions struct {
+	configFlags  *genericclioptions.ConfigFlags
+	streams      genericiooptions.IOStreams
+	name         string
+	driver, pool string
+	now          func() time.Time
+}
+
+func (o *describePoolOptions) run(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if (o.name == "") == (o.driver == "" || o.pool == "") {
+		return fmt.Errorf("name a pool: either NAME, or both --driver and --pool")
+	}
+	config, err := o.configFlags.ToRESTConfig()
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+
+	rp, notes, err := o.findPool(ctx, dyn, client)
+	if err != nil {
+		return err
+	}
+	id := drausage.PoolID{Driver: rp.Spec.Driver, Pool: rp.Spec.PoolName}
+	detail, detailNote, err := deviceDetail(ctx, client, id)
+	if err != nil {
+		return err
+	}
+	events, err := sliceEvents(ctx, client, id)
+	if err != nil {
+		return err
+	}
+	for _, note := range notes {
+		fmt.Fprintln(o.streams.ErrOut, note)
+	}
+	return printPool(o.streams, rp, detail, detailNote, events, o.now())
+}
+
+// findPool returns the pool's ResourcePool, or one computed client side when
+// no object can be read.
+func (o *describePoolOptions) findPool(ctx context.Context, dyn dynamic.Interface, client kubernetes.Interface) (*v1alpha1.ResourcePool, []string, error) {
+	var pools []v1alpha1.ResourcePool
+	var err error
+	if o.name != "" {
+		var u interface{ UnstructuredContent() map[string]interface{} }
+		u, err = dyn.Resource(v1alpha1.Resource).Get(ctx, o.name, metav1.GetOptions{})
+		if err == nil {
+			var rp v1alpha1.ResourcePool
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), &rp); err != nil {
+				return nil, nil, err
+			}
+			return &rp, nil, nil
+		}
+	} else {
+		pools, err = listResourcePools(ctx, dyn, o.driver, "")
+		pools = slices.DeleteFunc(pools, func(rp v1alpha1.ResourcePool) bool { return rp.Spec.PoolName != o.pool })
+		if err == nil && len(pools) == 1 {
+			return &pools[0], nil, nil
+		}
+	}
+	if err != nil && !apierrors.IsNotFound(err) && !isNotServed(err) && !apierrors.IsForbidden(err) {
+		return nil, nil, fmt.Errorf("reading ResourcePools: %w", err)
+	}
+	computed, notes, cerr := computePools(ctx, client, o.driver, "", o.now())
+	if cerr != nil {
+		return nil, nil, cerr
+	}
+	for i := range computed {
+		rp := &computed[i]
+		if rp.Name == o.name || (o.name == "" && rp.Spec.Driver == o.driver && rp.Spec.PoolName == o.pool) {
+			return rp, append([]string{"(no ResourcePool object to read: computed from ResourceSlices and ResourceClaims)"}, notes...), nil
+		}
+	}
+	if o.name != "" {
+		return nil, nil, fmt.Errorf("pool %q not found: no ResourcePool and no ResourceSlices of that name (list them with kubectl dra pools)", o.name)
+	}
+	return nil, nil, fmt.Errorf("pool %q of driver %q not found (list pools with kubectl dra pools --driver %s)", o.pool, o.driver, o.driver)
+}
+
+// deviceDetail computes per-device state client side. Without permission to
+// list claims cluster-wide it returns nil and the line that says so.
+func deviceDetail(ctx context.Context, client kubernetes.Interface, id drausage.PoolID) (*drausage.PoolUsage, string, error) {
+	sliceList, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		return nil, "(listing ResourceSlices is not permitted: device detail hidden)", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	claimList, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		return nil, "(listing ResourceClaims is not permitted: device detail hidden)", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("listing ResourceClaims: %w", err)
+	}
+	var poolSlices []*resourceapi.ResourceSlice
+	for i := range sliceList.Items {
+		s := &sliceList.Items[i]
+		if s.Spec.Driver == id.Driver && s.Spec.Pool.Name == id.Pool {
+			poolSlices = append(poolSlices, s)
+		}
+	}
+	claims := make([]*resourceapi.ResourceClaim, 0, len(claimList.Items))
+	for i := range claimList.Items {
+		claims = append(claims, &claimList.Items[i])
+	}
+	var opts drausage.Options
+	if rules, err := client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{}); err == nil {
+		for i := range rules.Items {
+			opts.DeviceTaintRules = append(opts.DeviceTaintRules, &rules.Items[i])
+		}
+	}
+	usage := drausage.ComputePool(id, poolSlices, claims, opts)
+	return &usage, "", nil
+}
+
+// sliceEvents returns the recent events about the pool's slices, oldest
+// first; none when events may not be read.
+func sliceEvents(ctx context.Context, client kubernetes.Interface, id drausage.PoolID) ([]eventsv1.Event, error) {
+	list, err := client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.kind=ResourceSlice"})
+	if apierrors.IsForbidden(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing events: %w", err)
+	}
+	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil
+	}
+	names := map[string]bool{}
+	for _, s := range slices.Items {
+		if s.Spec.Driver == id.Driver && s.Spec.Pool.Name == id.Pool {
+			names[s.Name] = true
+		}
+	}
+	var events []eventsv1.Event
+	for _, e := range list.Items {
+		if names[e.Regarding.Name] {
+			events = append(events, e)
+		}
+	}
+	sort.SliceStable(events, func(i, j int) bool { return eventTime(events[i]).Before(eventTime(events[j])) })
+	return events, nil
+}
+
+func eventTime(e eventsv1.Event) time.Time {
+	if !e.EventTime.IsZero() {
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+func printPool(streams genericiooptions.IOStreams, rp *v1alpha1.ResourcePool, detail *drausage.PoolUsage, detailNote string, events []eventsv1.Event, now time.Time) error {
+	tw := printers.GetNewTabWriter(streams.Out)
+	w := describe.NewPrefixWriter(tw)
+	w.Write(describe.LEVEL_0, "Name:\t%s\n", rp.Name)
+	w.Write(describe.LEVEL_0, "Driver:\t%s\n", rp.Spec.Driver)
+	w.Write(describe.LEVEL_0, "Pool:\t%s\n", rp.Spec.PoolName)
+	w.Write(describe.LEVEL_0, "Node:\t%s\n", orNone(rp.Spec.NodeName))
+	sum := rp.Status.Summary
+	if sum == nil {
+		sum = &v1alpha1.PoolSummary{}
+	}
+	w.Write(describe.LEVEL_0, "Summary:\n")
+	w.Write(describe.LEVEL_1, "Total:\t%d\n", sum.TotalDevices)
+	w.Write(describe.LEVEL_1, "Allocated:\t%d\n", sum.AllocatedDevices)
+	w.Write(describe.LEVEL_1, "Partially Allocated:\t%d\n", sum.PartiallyAllocatedDevices)
+	w.Write(describe.LEVEL_1, "Available:\t%d\n", sum.AvailableDevices)
+	w.Write(describe.LEVEL_1, "Unavailable:\t%d\n", sum.UnavailableDevices)
+	w.Write(describe.LEVEL_0, "Conditions:\n")
+	w.Write(describe.LEVEL_1, "Type\tStatus\tReason\tMessage\n")
+	w.Write(describe.LEVEL_1, "----\t------\t------\t-------\n")
+	for _, c := range rp.Status.Conditions {
+		w.Write(describe.LEVEL_1, "%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
+	}
+	w.Write(describe.LEVEL_0, "Slices:\t%d of %d\n", rp.Status.ObservedSliceCount, rp.Status.ExpectedSliceCount)
+	w.Write(describe.LEVEL_0, "Generation:\t%d\n", rp.Status.ObservedGeneration)
+	if rp.Status.LastUpdateTime != nil {
+		w.Write(describe.LEVEL_0, "Last Update:\t%s\n", rp.Status.LastUpdateTime.Format(time.RFC1123Z))
+	} else {
+		w.Write(describe.LEVEL_0, "Last Update:\t<computed now>\n")
+	}
+	if len(rp.Status.ValidationErrors) == 0 {
+		w.Write(describe.LEVEL_0, "Validation Errors:\t<none>\n")
+	} else {
+		w.Write(describe.LEVEL_0, "Validation Errors:\n")
+		for _, e := range rp.Status.ValidationErrors {
+			w.Write(describe.LEVEL_1, "%s\n", e)
+		}
+		if rp.Status.TruncatedErrorCount > 0 {
+			w.Write(describe.LEVEL_1, "(%d more not listed)\n", rp.Status.TruncatedErrorCount)
+		}
+	}
+
+	if detail == nil {
+		w.Write(describe.LEVEL_0, "Device Details:\t%s\n", detailNote)
+	} else {
+		w.Write(describe.LEVEL_0, "Device Details:\n")
+		w.Write(describe.LEVEL_1, "Device\tState\tClaim\tDetails\n")
+		w.Write(describe.LEVEL_1, "------\t-----\t-----\t-------\n")
+		for _, d := range detail.Devices {
+			claims := make([]string, 0, len(d.Allocations))
+			var details []string
+			for _, a := range d.Allocations {
+				claims = append(claims, a.Claim.String())
+				if len(a.ConsumedCapacity) > 0 {
+					details = append(details, a.Claim.String()+" consumes "+capacityString(a))
+				}
+			}
+			for _, a := range d.AdminAccess {
+				details = append(details, "observed by "+a.Claim.String()+" (admin access)")
+			}
+			if d.Reason != "" {
+				details = append([]string{d.Reason}, details...)
+			}
+			w.Write(describe.LEVEL_1, "%s\t%s\t%s\t%s\n", d.Name, d.State, orNone(strings.Join(claims, ", ")), strings.Join(details, "; "))
+		}
+	}
+
+	if len(events) == 0 {
+		w.Write(describe.LEVEL_0, "Events:\t<none>\n")
+	} else {
+		w.Write(describe.LEVEL_0, "Events:\n")
+		w.Write(describe.LEVEL_1, "Type\tReason\tAge\tSlice\tMessage\n")
+		w.Write(describe.LEVEL_1, "----\t------\t---\t-----\t-------\n")
+		for _, e := range events {
+			w.Write(describe.LEVEL_1, "%s\t%s\t%s\t%s\t%s\n", e.Type, e.Reason, duration.HumanDuration(now.Sub(eventTime(e))), e.Regarding.Name, strings.TrimSpace(e.Note))
+		}
+	}
+	return tw.Flush()
+}
+
+func capacityString(a drausage.Allocation) string {
+	parts := make([]string, 0, len(a.ConsumedCapacity))
+	for name, q := range a.ConsumedCapacity {
+		parts = append(parts, fmt.Sprintf("%s=%s", name, q.String()))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
