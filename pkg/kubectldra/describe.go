@@ -52,7 +52,7 @@ func newDescribeCommand(configFlags *genericclioptions.ConfigFlags, streams gene
 	}
 	pool.Flags().StringVar(&o.driver, "driver", "", "The pool's DRA driver (with --pool, instead of NAME).")
 	pool.Flags().StringVar(&o.pool, "pool", "", "The pool's name (with --driver, instead of NAME).")
-	cmd.AddCommand(pool)
+	cmd.AddCommand(pool, newDescribeNodeCommand(configFlags, streams))
 	return cmd
 }
 
@@ -265,25 +265,7 @@ func printPool(streams genericiooptions.IOStreams, rp *v1alpha1.ResourcePool, de
 		w.Write(describe.LEVEL_0, "Device Details:\t%s\n", detailNote)
 	} else {
 		w.Write(describe.LEVEL_0, "Device Details:\n")
-		w.Write(describe.LEVEL_1, "Device\tState\tClaim\tDetails\n")
-		w.Write(describe.LEVEL_1, "------\t-----\t-----\t-------\n")
-		for _, d := range detail.Devices {
-			claims := make([]string, 0, len(d.Allocations))
-			var details []string
-			for _, a := range d.Allocations {
-				claims = append(claims, a.Claim.String())
-				if len(a.ConsumedCapacity) > 0 {
-					details = append(details, a.Claim.String()+" consumes "+capacityString(a))
-				}
-			}
-			for _, a := range d.AdminAccess {
-				details = append(details, "observed by "+a.Claim.String()+" (admin access)")
-			}
-			if d.Reason != "" {
-				details = append([]string{d.Reason}, details...)
-			}
-			w.Write(describe.LEVEL_1, "%s\t%s\t%s\t%s\n", d.Name, d.State, orNone(strings.Join(claims, ", ")), strings.Join(details, "; "))
-		}
+		writeDevices(w, describe.LEVEL_1, detail, detailNote)
 	}
 
 	if len(events) == 0 {

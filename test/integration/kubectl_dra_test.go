@@ -289,3 +289,42 @@ func TestKubectlDRADescribePool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestKubectlDRADescribeNode(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 2)
+	empty := s.addNode("cpus", 0)
+	s.addClaimTemplate("gpu", false)
+	s.addPod("trainer", schedulerName, fromTemplate("gpu"))
+	claim := s.podClaim(s.waitForPodScheduled("trainer"))
+	device := s.allocatedDevice(claim).Device
+	s.waitForResourcePool(poolObjectName(t, node), "1 allocated", summaryIs(2, 1, 1, 0))
+
+	out, _, err := kubectlDRA(t, "describe", "node", node, "--show-devices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl dra describe node %s --show-devices\n%s", node, out)
+	for _, want := range [][]string{
+		{"Name:", node},
+		{"DRA", "Resources:"},
+		{node, driverName, "2", "1", "1", "0", "True"},
+		{"Devices", "of", poolObjectName(t, node) + ":"},
+		{device, "Allocated", s.namespace + "/" + claim.Name},
+	} {
+		if findLine(out, want...) == nil {
+			t.Errorf("no line starting %q in:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "Available") != 2 { // the free device, and the pool table header
+		t.Errorf("want one free device listed:\n%s", out)
+	}
+
+	out, _, err = kubectlDRA(t, "describe", "node", empty)
+	if err != nil || findLine(out, "DRA", "Resources:", "<none>") == nil {
+		t.Errorf("a node without pools: %v\n%s", err, out)
+	}
+	if _, _, err := kubectlDRA(t, "describe", "node", "no-such-node"); err == nil || !strings.Contains(err.Error(), `node "no-such-node" not found`) {
+		t.Errorf("an unknown node: want a not-found error, got %v", err)
+	}
+}
