@@ -89,7 +89,11 @@ func (o *describePoolOptions) run(ctx context.Context) error {
 		return err
 	}
 	id := drausage.PoolID{Driver: rp.Spec.Driver, Pool: rp.Spec.PoolName}
-	detail, detailNote, err := deviceDetail(ctx, client, id)
+	namespace, _, err := o.configFlags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return err
+	}
+	detail, detailNote, err := deviceDetail(ctx, client, id, rp, namespace)
 	if err != nil {
 		return err
 	}
@@ -144,9 +148,17 @@ func (o *describePoolOptions) findPool(ctx context.Context, dyn dynamic.Interfac
 	return nil, nil, fmt.Errorf("pool %q of driver %q not found (list pools with kubectl dra pools --driver %s)", o.pool, o.driver, o.driver)
 }
 
-// deviceDetail computes per-device state client side. Without permission to
-// list claims cluster-wide it returns nil and the line that says so.
-func deviceDetail(ctx context.Context, client kubernetes.Interface, id drausage.PoolID) (*drausage.PoolUsage, string, error) {
+// hiddenClaim stands in the Claim column for a device held by a claim the
+// user may not list.
+const hiddenClaim = "<not permitted>"
+
+// deviceDetail computes per-device state client side from the claims the
+// user may list: all of them, or those of one namespace. In the second case
+// the devices other claims hold are taken from the ResourcePool, which says
+// which devices are held but not by whom. Without any claim access it
+// returns nil and the line that says so; missing permission is never an
+// error.
+func deviceDetail(ctx context.Context, client kubernetes.Interface, id drausage.PoolID, rp *v1alpha1.ResourcePool, namespace string) (*drausage.PoolUsage, string, error) {
 	sliceList, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if apierrors.IsForbidden(err) {
 		return nil, "(listing ResourceSlices is not permitted: device detail hidden)", nil
@@ -154,7 +166,12 @@ func deviceDetail(ctx context.Context, client kubernetes.Interface, id drausage.
 	if err != nil {
 		return nil, "", fmt.Errorf("listing ResourceSlices: %w", err)
 	}
+	note := ""
 	claimList, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) && namespace != "" {
+		claimList, err = client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+		note = fmt.Sprintf("(listing ResourceClaims is permitted in namespace %s only: devices held by other claims are shown without them)", namespace)
+	}
 	if apierrors.IsForbidden(err) {
 		return nil, "(listing ResourceClaims is not permitted: device detail hidden)", nil
 	}
@@ -179,7 +196,30 @@ func deviceDetail(ctx context.Context, client kubernetes.Interface, id drausage.
 		}
 	}
 	usage := drausage.ComputePool(id, poolSlices, claims, opts)
-	return &usage, "", nil
+	if note != "" {
+		markHeldByOthers(&usage, rp)
+	}
+	return &usage, note, nil
+}
+
+// markHeldByOthers takes, from the ResourcePool, the state of devices that
+// claims the user may not list hold.
+func markHeldByOthers(usage *drausage.PoolUsage, rp *v1alpha1.ResourcePool) {
+	held := map[string]string{}
+	for _, d := range rp.Status.Devices {
+		if d.State == string(drausage.DeviceAllocated) || d.State == string(drausage.DevicePartiallyAllocated) {
+			held[d.Name] = d.State
+		}
+	}
+	for i := range usage.Devices {
+		d := &usage.Devices[i]
+		state, ok := held[d.Name]
+		if !ok || len(d.Allocations) > 0 {
+			continue
+		}
+		d.State, d.Reason = drausage.DeviceState(state), ""
+		d.Allocations = []drausage.Allocation{{Claim: drausage.ClaimRef{Name: hiddenClaim}}}
+	}
 }
 
 // sliceEvents returns the recent events about the pool's slices, oldest
@@ -265,6 +305,9 @@ func printPool(streams genericiooptions.IOStreams, rp *v1alpha1.ResourcePool, de
 		w.Write(describe.LEVEL_0, "Device Details:\t%s\n", detailNote)
 	} else {
 		w.Write(describe.LEVEL_0, "Device Details:\n")
+		if detailNote != "" {
+			w.Write(describe.LEVEL_1, "%s\n", detailNote)
+		}
 		writeDevices(w, describe.LEVEL_1, detail, detailNote)
 	}
 

@@ -113,12 +113,20 @@ func (o *describeNodeOptions) run(ctx context.Context) error {
 			sum.TotalDevices, sum.AllocatedDevices, sum.AvailableDevices, sum.UnavailableDevices, valid)
 	}
 	if o.showDevices {
-		for _, rp := range pools {
-			detail, note, err := deviceDetail(ctx, client, drausage.PoolID{Driver: rp.Spec.Driver, Pool: rp.Spec.PoolName})
+		namespace, _, err := o.configFlags.ToRawKubeConfigLoader().Namespace()
+		if err != nil {
+			return err
+		}
+		for i := range pools {
+			rp := &pools[i]
+			detail, note, err := deviceDetail(ctx, client, drausage.PoolID{Driver: rp.Spec.Driver, Pool: rp.Spec.PoolName}, rp, namespace)
 			if err != nil {
 				return err
 			}
 			w.Write(describe.LEVEL_0, "Devices of %s:\n", rp.Name)
+			if detail != nil && note != "" {
+				w.Write(describe.LEVEL_1, "%s\n", note)
+			}
 			writeDevices(w, describe.LEVEL_1, detail, note)
 		}
 	}
@@ -137,6 +145,10 @@ func writeDevices(w describe.PrefixWriter, level int, detail *drausage.PoolUsage
 		claims := make([]string, 0, len(d.Allocations))
 		var details []string
 		for _, a := range d.Allocations {
+			if a.Claim.Name == hiddenClaim && a.Claim.Namespace == "" {
+				claims = append(claims, hiddenClaim)
+				continue
+			}
 			claims = append(claims, a.Claim.String())
 			if len(a.ConsumedCapacity) > 0 {
 				details = append(details, a.Claim.String()+" consumes "+capacityString(a))

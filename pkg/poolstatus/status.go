@@ -35,6 +35,11 @@ func For(snap *drausage.PoolUsage, previous *v1alpha1.ResourcePoolStatus, now ti
 		ObservedGeneration:  snap.Generation,
 		LastUpdateTime:      &metav1.Time{Time: now.Truncate(time.Second)},
 	}
+	for _, d := range snap.Devices {
+		if d.State != drausage.DeviceAvailable {
+			status.Devices = append(status.Devices, v1alpha1.DeviceStatus{Name: d.Name, State: string(d.State), Reason: d.Reason})
+		}
+	}
 	var incomplete, invalid []string
 	for _, e := range snap.ValidationErrors {
 		status.ValidationErrors = append(status.ValidationErrors, e.Message)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -326,5 +327,75 @@ func TestKubectlDRADescribeNode(t *testing.T) {
 	}
 	if _, _, err := kubectlDRA(t, "describe", "node", "no-such-node"); err == nil || !strings.Contains(err.Error(), `node "no-such-node" not found`) {
 		t.Errorf("an unknown node: want a not-found error, got %v", err)
+	}
+}
+
+// A user who may list claims in one namespace only sees those claims named,
+// the devices other claims hold as Allocated without a name, and the counts
+// of the ResourcePool.
+func TestKubectlDRADescribePoolNamespaceLimited(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 3)
+	name := poolObjectName(t, node)
+	other := s.namespace + "-other"
+	if _, err := env.client.CoreV1().Namespaces().Create(s.ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := env.client.ResourceV1().ResourceClaims(other).Create(s.ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "theirs"}, Spec: gpuClaimSpec(false),
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: driverName, Pool: node, Device: "gpu-1"}},
+	}}
+	if _, err := env.client.ResourceV1().ResourceClaims(other).UpdateStatus(s.ctx, theirs, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.client.ResourceV1().ResourceClaims(other).Delete(context.Background(), "theirs", metav1.DeleteOptions{})
+	})
+	s.addClaim("mine", false)
+	s.allocateDirectly("mine", node, "gpu-0")
+	s.waitForResourcePool(name, "2 of 3 allocated", summaryIs(3, 2, 1, 0))
+
+	user := s.namespace + "-dev"
+	grantClusterRead(t, s, user,
+		rbacv1.PolicyRule{APIGroups: []string{"drascope.dev"}, Resources: []string{"resourcepools"}, Verbs: []string{"get", "list"}},
+		rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}})
+	if _, err := env.client.RbacV1().Roles(s.namespace).Create(s.ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "claims-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"list"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.RbacV1().RoleBindings(s.namespace).Create(s.ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "claims-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "claims-reader"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	out, _, err := kubectlDRA(t, "describe", "pool", name, "--as", user, "-n", s.namespace)
+	if err != nil {
+		t.Fatalf("missing permission gave an error: %v", err)
+	}
+	t.Logf("kubectl dra describe pool %s --as %s -n %s\n%s", name, user, s.namespace, out)
+	for _, want := range [][]string{
+		{"Allocated:", "2"},
+		{"Available:", "1"},
+		{"(listing", "ResourceClaims", "is", "permitted", "in", "namespace", s.namespace, "only:"},
+		{"gpu-0", "Allocated", s.namespace + "/mine"},
+		{"gpu-1", "Allocated", "<not", "permitted>"},
+		{"gpu-2", "Available", "<none>"},
+	} {
+		if findLine(out, want...) == nil {
+			t.Errorf("no line starting %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "theirs") || strings.Contains(out, other) {
+		t.Errorf("another namespace's claim is named:\n%s", out)
 	}
 }

@@ -67,6 +67,26 @@ type ResourcePoolStatus struct {
 	// LastUpdateTime is when the scheduler computed this status.
 	// +optional
 	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
+	// Devices lists every device of the pool that is not Available, with its
+	// state and, for Unavailable ones, the reason. It names no claim: a
+	// reader who may list only some claims still learns which devices the
+	// others hold, and nothing about those claims.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Devices []DeviceStatus `json:"devices,omitempty"`
+}
+
+// DeviceStatus is the state of one device that cannot take a new exclusive
+// allocation.
+type DeviceStatus struct {
+	// Name of the device in its ResourceSlice.
+	Name string `json:"name"`
+	// State: Allocated, PartiallyAllocated or Unavailable.
+	State string `json:"state"`
+	// Reason an Unavailable device is, such as "Tainted: key=value:NoSchedule".
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }
 
 // PoolSummary counts devices. availableDevices = totalDevices -
