@@ -69,3 +69,28 @@ func TestStatusFor(t *testing.T) {
 		t.Errorf("validationErrors %q, lastUpdateTime %v", changed.ValidationErrors, changed.LastUpdateTime)
 	}
 }
+
+// status.devices lists every device that is not Available, and no claim.
+func TestForListsHeldAndUnavailableDevices(t *testing.T) {
+	u := usage(true, false)
+	u.Devices = []drausage.DeviceUsage{
+		{Name: "gpu-0", State: drausage.DeviceAllocated, Allocations: []drausage.Allocation{{Claim: drausage.ClaimRef{Namespace: "secret", Name: "claim"}}}},
+		{Name: "gpu-1", State: drausage.DeviceAvailable},
+		{Name: "gpu-2", State: drausage.DeviceUnavailable, Reason: "Tainted: broken=fan:NoSchedule"},
+		{Name: "gpu-3", State: drausage.DevicePartiallyAllocated},
+	}
+	got := For(u, nil, time.Now()).Devices
+	want := []v1alpha1.DeviceStatus{
+		{Name: "gpu-0", State: "Allocated"},
+		{Name: "gpu-2", State: "Unavailable", Reason: "Tainted: broken=fan:NoSchedule"},
+		{Name: "gpu-3", State: "PartiallyAllocated"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("devices %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("device %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
