@@ -11,7 +11,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
@@ -397,5 +400,58 @@ func TestKubectlDRADescribePoolNamespaceLimited(t *testing.T) {
 	}
 	if strings.Contains(out, "theirs") || strings.Contains(out, other) {
 		t.Errorf("another namespace's claim is named:\n%s", out)
+	}
+}
+
+// A device that allows multiple allocations shows as PartiallyAllocated with
+// each share's consumed capacity.
+func TestKubectlDRADescribeSharedDevice(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 0)
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: sliceName(node)},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: driverName, NodeName: &node,
+			Pool: resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{
+				Name:                     "shared-gpu",
+				AllowMultipleAllocations: ptr.To(true),
+				Capacity:                 map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("8Gi")}},
+			}},
+		},
+	}
+	if _, err := env.client.ResourceV1().ResourceSlices().Create(s.ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.slices = append(s.slices, slice.Name)
+	s.addClaim("share", false)
+	claim := s.getClaim("share")
+	shareID := types.UID(uuid.NewUUID())
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: driverName, Pool: node, Device: "shared-gpu", ShareID: &shareID,
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("2Gi")},
+		}},
+	}}
+	if _, err := env.client.ResourceV1().ResourceClaims(s.namespace).UpdateStatus(s.ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("writing a shared allocation: %v", err)
+	}
+	name := poolObjectName(t, node)
+	s.waitForResourcePool(name, "1 partially allocated", func(rp *v1alpha1.ResourcePool) bool {
+		return summaryIs(1, 1, 0, 0)(rp) && rp.Status.Summary.PartiallyAllocatedDevices == 1
+	})
+
+	out, _, err := kubectlDRA(t, "describe", "pool", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl dra describe pool %s\n%s", name, out)
+	for _, want := range [][]string{
+		{"Partially", "Allocated:", "1"},
+		{"shared-gpu", "PartiallyAllocated", s.namespace + "/share", s.namespace + "/share", "consumes", "memory=2Gi"},
+	} {
+		if findLine(out, want...) == nil {
+			t.Errorf("no line starting %q in:\n%s", want, out)
+		}
 	}
 }
