@@ -381,6 +381,16 @@ func TestKubectlDRADescribePoolNamespaceLimited(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The cluster admin sees both claims of the pool named.
+	adminOut, _, err := kubectlDRA(t, "describe", "pool", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl dra describe pool %s (cluster admin)\n%s", name, adminOut)
+	if findLine(adminOut, "gpu-1", "Allocated", other+"/theirs") == nil || findLine(adminOut, "gpu-0", "Allocated", s.namespace+"/mine") == nil {
+		t.Errorf("the cluster admin does not see both claims named:\n%s", adminOut)
+	}
+
 	out, _, err := kubectlDRA(t, "describe", "pool", name, "--as", user, "-n", s.namespace)
 	if err != nil {
 		t.Fatalf("missing permission gave an error: %v", err)
