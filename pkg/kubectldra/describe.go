@@ -13,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -110,21 +111,20 @@ func (o *describePoolOptions) run(ctx context.Context) error {
 // findPool returns the pool's ResourcePool, or one computed client side when
 // no object can be read.
 func (o *describePoolOptions) findPool(ctx context.Context, dyn dynamic.Interface, client kubernetes.Interface) (*v1alpha1.ResourcePool, []string, error) {
-	var pools []v1alpha1.ResourcePool
 	var err error
 	if o.name != "" {
-		var u interface{ UnstructuredContent() map[string]interface{} }
+		var u *unstructured.Unstructured
 		u, err = dyn.Resource(v1alpha1.Resource).Get(ctx, o.name, metav1.GetOptions{})
 		if err == nil {
 			var rp v1alpha1.ResourcePool
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), &rp); err != nil {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &rp); err != nil {
 				return nil, nil, err
 			}
 			return &rp, nil, nil
 		}
 	} else {
-		pools, err = listResourcePools(ctx, dyn, o.driver, "")
-		pools = slices.DeleteFunc(pools, func(rp v1alpha1.ResourcePool) bool { return rp.Spec.PoolName != o.pool })
+		var pools []v1alpha1.ResourcePool
+		pools, err = listResourcePools(ctx, dyn, poolFilter{driver: o.driver, pool: o.pool})
 		if err == nil && len(pools) == 1 {
 			return &pools[0], nil, nil
 		}

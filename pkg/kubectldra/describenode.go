@@ -74,7 +74,7 @@ func (o *describeNodeOptions) run(ctx context.Context) error {
 		return fmt.Errorf("reading node %s: %w", o.node, err)
 	}
 
-	pools, err := listResourcePools(ctx, dyn, "", o.node)
+	pools, err := listResourcePools(ctx, dyn, poolFilter{node: o.node})
 	var notes []string
 	if err != nil || len(pools) == 0 {
 		if err != nil && !isNotServed(err) && !apierrors.IsForbidden(err) {

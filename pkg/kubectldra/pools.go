@@ -85,7 +85,7 @@ func (o *poolsOptions) run(ctx context.Context) error {
 		return err
 	}
 
-	pools, err := listResourcePools(ctx, dyn, o.driver, o.node)
+	pools, err := listResourcePools(ctx, dyn, poolFilter{driver: o.driver, node: o.node})
 	var notes []string
 	switch {
 	case err == nil && len(pools) > 0:
@@ -121,14 +121,17 @@ func (o *poolsOptions) run(ctx context.Context) error {
 	return printPoolTable(pools, o.output == "wide", o.now(), o.streams)
 }
 
+// poolFilter selects ResourcePools by their selectable fields; empty fields
+// select everything.
+type poolFilter struct{ driver, pool, node string }
+
 // listResourcePools reads ResourcePool objects, filtered on the server.
-func listResourcePools(ctx context.Context, dyn dynamic.Interface, driver, node string) ([]v1alpha1.ResourcePool, error) {
+func listResourcePools(ctx context.Context, dyn dynamic.Interface, filter poolFilter) ([]v1alpha1.ResourcePool, error) {
 	var selectors []fields.Selector
-	if driver != "" {
-		selectors = append(selectors, fields.OneTermEqualSelector("spec.driver", driver))
-	}
-	if node != "" {
-		selectors = append(selectors, fields.OneTermEqualSelector("spec.nodeName", node))
+	for field, value := range map[string]string{"spec.driver": filter.driver, "spec.poolName": filter.pool, "spec.nodeName": filter.node} {
+		if value != "" {
+			selectors = append(selectors, fields.OneTermEqualSelector(field, value))
+		}
 	}
 	list, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(selectors...).String()})
 	if err != nil {
