@@ -72,15 +72,7 @@ func (o *describePoolOptions) run(ctx context.Context) error {
 	if (o.name == "") == (o.driver == "" || o.pool == "") {
 		return fmt.Errorf("name a pool: either NAME, or both --driver and --pool")
 	}
-	config, err := o.configFlags.ToRESTConfig()
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(config)
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(config)
+	dyn, client, err := clients(o.configFlags)
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/describe"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
@@ -55,15 +53,7 @@ func (o *describeNodeOptions) run(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	config, err := o.configFlags.ToRESTConfig()
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(config)
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(config)
+	dyn, client, err := clients(o.configFlags)
 	if err != nil {
 		return err
 	}

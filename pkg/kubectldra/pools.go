@@ -72,15 +72,7 @@ func (o *poolsOptions) run(ctx context.Context) error {
 	default:
 		return fmt.Errorf("unknown output format %q: use wide, json or yaml", o.output)
 	}
-	config, err := o.configFlags.ToRESTConfig()
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(config)
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(config)
+	dyn, client, err := clients(o.configFlags)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 )
 
 // NewCommand returns the `kubectl dra` command tree.
@@ -29,4 +31,21 @@ ResourceSlices and ResourceClaims, within what you may read.`,
 	configFlags.AddFlags(cmd.PersistentFlags())
 	cmd.AddCommand(newPoolsCommand(configFlags, streams), newDescribeCommand(configFlags, streams))
 	return cmd
+}
+
+// clients builds the API clients the commands use from the kubectl flags.
+func clients(configFlags *genericclioptions.ConfigFlags) (dynamic.Interface, kubernetes.Interface, error) {
+	config, err := configFlags.ToRESTConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dyn, client, nil
 }

@@ -116,23 +116,7 @@ func TestKubectlDRAPoolsWithoutPermission(t *testing.T) {
 	}
 
 	// Allowed to read slices but not claims: counts without allocations, said so.
-	if _, err := env.client.RbacV1().ClusterRoles().Create(s.ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: user},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.client.RbacV1().ClusterRoleBindings().Create(s.ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.client.RbacV1().ClusterRoleBindings().Delete(s.ctx, user, metav1.DeleteOptions{})
-		_ = env.client.RbacV1().ClusterRoles().Delete(s.ctx, user, metav1.DeleteOptions{})
-	})
+	grantClusterRead(t, s, user, rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}})
 	node := s.nodes[0]
 	out, errOut, err = kubectlDRA(t, "pools", "--as", user, "--node", node)
 	if err != nil {
