@@ -86,11 +86,15 @@ func (o *describePoolOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	detail, detailNote, err := deviceDetail(ctx, client, id, rp, namespace)
+	poolSlices, err := listPoolSlices(ctx, client, id)
 	if err != nil {
 		return err
 	}
-	events, err := sliceEvents(ctx, client, id)
+	detail, detailNote, err := deviceDetail(ctx, client, id, rp, namespace, poolSlices)
+	if err != nil {
+		return err
+	}
+	events, err := sliceEvents(ctx, client, poolSlices)
 	if err != nil {
 		return err
 	}
@@ -140,8 +144,27 @@ func (o *describePoolOptions) findPool(ctx context.Context, dyn dynamic.Interfac
 	return nil, nil, fmt.Errorf("pool %q of driver %q not found (list pools with kubectl dra pools --driver %s)", o.pool, o.driver, o.driver)
 }
 
-// hiddenClaim stands in the Claim column for a device held by a claim the
-// user may not list.
+// listPoolSlices returns the ResourceSlices of one pool, or nil when the user
+// may not list ResourceSlices.
+func listPoolSlices(ctx context.Context, client kubernetes.Interface, id drausage.PoolID) ([]*resourceapi.ResourceSlice, error) {
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	poolSlices := []*resourceapi.ResourceSlice{}
+	for i := range list.Items {
+		if s := &list.Items[i]; s.Spec.Driver == id.Driver && s.Spec.Pool.Name == id.Pool {
+			poolSlices = append(poolSlices, s)
+		}
+	}
+	return poolSlices, nil
+}
+
+// hiddenClaim stands in the Claim column for a held device none of whose
+// claims the user may list.
 const hiddenClaim = "<not permitted>"
 
 // deviceDetail computes per-device state client side from the claims the
@@ -150,13 +173,9 @@ const hiddenClaim = "<not permitted>"
 // which devices are held but not by whom. Without any claim access it
 // returns nil and the line that says so; missing permission is never an
 // error.
-func deviceDetail(ctx context.Context, client kubernetes.Interface, id drausage.PoolID, rp *v1alpha1.ResourcePool, namespace string) (*drausage.PoolUsage, string, error) {
-	sliceList, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-	if apierrors.IsForbidden(err) {
+func deviceDetail(ctx context.Context, client kubernetes.Interface, id drausage.PoolID, rp *v1alpha1.ResourcePool, namespace string, poolSlices []*resourceapi.ResourceSlice) (*drausage.PoolUsage, string, error) {
+	if poolSlices == nil {
 		return nil, "(listing ResourceSlices is not permitted: device detail hidden)", nil
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("listing ResourceSlices: %w", err)
 	}
 	note := ""
 	claimList, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
@@ -169,13 +188,6 @@ func deviceDetail(ctx context.Context, client kubernetes.Interface, id drausage.
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("listing ResourceClaims: %w", err)
-	}
-	var poolSlices []*resourceapi.ResourceSlice
-	for i := range sliceList.Items {
-		s := &sliceList.Items[i]
-		if s.Spec.Driver == id.Driver && s.Spec.Pool.Name == id.Pool {
-			poolSlices = append(poolSlices, s)
-		}
 	}
 	claims := make([]*resourceapi.ResourceClaim, 0, len(claimList.Items))
 	for i := range claimList.Items {
@@ -209,14 +221,17 @@ func markHeldByOthers(usage *drausage.PoolUsage, rp *v1alpha1.ResourcePool) {
 		if !ok || len(d.Allocations) > 0 {
 			continue
 		}
+		// Held, but by no claim the user may list: no allocation to show.
 		d.State, d.Reason = drausage.DeviceState(state), ""
-		d.Allocations = []drausage.Allocation{{Claim: drausage.ClaimRef{Name: hiddenClaim}}}
 	}
 }
 
 // sliceEvents returns the recent events about the pool's slices, oldest
 // first; none when events may not be read.
-func sliceEvents(ctx context.Context, client kubernetes.Interface, id drausage.PoolID) ([]eventsv1.Event, error) {
+func sliceEvents(ctx context.Context, client kubernetes.Interface, poolSlices []*resourceapi.ResourceSlice) ([]eventsv1.Event, error) {
+	if len(poolSlices) == 0 {
+		return nil, nil
+	}
 	list, err := client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.kind=ResourceSlice"})
 	if apierrors.IsForbidden(err) {
 		return nil, nil
@@ -224,15 +239,9 @@ func sliceEvents(ctx context.Context, client kubernetes.Interface, id drausage.P
 	if err != nil {
 		return nil, fmt.Errorf("listing events: %w", err)
 	}
-	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil
-	}
 	names := map[string]bool{}
-	for _, s := range slices.Items {
-		if s.Spec.Driver == id.Driver && s.Spec.Pool.Name == id.Pool {
-			names[s.Name] = true
-		}
+	for _, s := range poolSlices {
+		names[s.Name] = true
 	}
 	var events []eventsv1.Event
 	for _, e := range list.Items {

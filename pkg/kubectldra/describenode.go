@@ -109,7 +109,12 @@ func (o *describeNodeOptions) run(ctx context.Context) error {
 		}
 		for i := range pools {
 			rp := &pools[i]
-			detail, note, err := deviceDetail(ctx, client, drausage.PoolID{Driver: rp.Spec.Driver, Pool: rp.Spec.PoolName}, rp, namespace)
+			id := drausage.PoolID{Driver: rp.Spec.Driver, Pool: rp.Spec.PoolName}
+			poolSlices, err := listPoolSlices(ctx, client, id)
+			if err != nil {
+				return err
+			}
+			detail, note, err := deviceDetail(ctx, client, id, rp, namespace, poolSlices)
 			if err != nil {
 				return err
 			}
@@ -135,10 +140,6 @@ func writeDevices(w describe.PrefixWriter, level int, detail *drausage.PoolUsage
 		claims := make([]string, 0, len(d.Allocations))
 		var details []string
 		for _, a := range d.Allocations {
-			if a.Claim.Name == hiddenClaim && a.Claim.Namespace == "" {
-				claims = append(claims, hiddenClaim)
-				continue
-			}
 			claims = append(claims, a.Claim.String())
 			if len(a.ConsumedCapacity) > 0 {
 				details = append(details, a.Claim.String()+" consumes "+capacityString(a))
@@ -150,6 +151,10 @@ func writeDevices(w describe.PrefixWriter, level int, detail *drausage.PoolUsage
 		if d.Reason != "" {
 			details = append([]string{d.Reason}, details...)
 		}
-		w.Write(level, "%s\t%s\t%s\t%s\n", d.Name, d.State, orNone(strings.Join(claims, ", ")), strings.Join(details, "; "))
+		claim := orNone(strings.Join(claims, ", "))
+		if len(claims) == 0 && (d.State == drausage.DeviceAllocated || d.State == drausage.DevicePartiallyAllocated) {
+			claim = hiddenClaim
+		}
+		w.Write(level, "%s\t%s\t%s\t%s\n", d.Name, d.State, claim, strings.Join(details, "; "))
 	}
 }
