@@ -24,6 +24,10 @@ type DRAScopeArgs struct {
 
 	// PoolStatus configures pool availability reporting (KEP-5677).
 	PoolStatus PoolStatusArgs
+
+	// DeviceHealth configures how device health reported by kubelet in pod
+	// status (KEP-4680) affects allocation.
+	DeviceHealth DeviceHealthArgs
 }
 
 // AdminAccessArgs configures how DRAScope treats claims with admin access.
@@ -41,4 +45,26 @@ type PoolStatusArgs struct {
 	// MinPublishInterval is the least time between two writes of one
 	// ResourcePool; changes in between are coalesced.
 	MinPublishInterval metav1.Duration
+}
+
+// DeviceHealthPolicy says what the scheduler does with devices that kubelet
+// reported Unhealthy.
+type DeviceHealthPolicy string
+
+const (
+	// DeviceHealthAvoid treats Unhealthy devices as in use: the allocator never
+	// picks them for a new claim. Allocated devices are never taken away.
+	DeviceHealthAvoid DeviceHealthPolicy = "Avoid"
+	// DeviceHealthIgnore allocates as upstream does, regardless of health.
+	DeviceHealthIgnore DeviceHealthPolicy = "Ignore"
+)
+
+// DeviceHealthArgs configures health-aware allocation.
+type DeviceHealthArgs struct {
+	// Policy is Avoid or Ignore.
+	Policy DeviceHealthPolicy
+	// UnhealthyHoldTime is how long a device stays Unhealthy after its last
+	// Unhealthy report when no Healthy report follows; then it is Unknown,
+	// which scheduling treats as healthy.
+	UnhealthyHoldTime metav1.Duration
 }

@@ -53,7 +53,10 @@ profiles:
 	return nil, nil
 }
 
-var defaultPoolStatus = config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}}
+var (
+	defaultPoolStatus   = config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}}
+	defaultDeviceHealth = config.DeviceHealthArgs{Policy: config.DeviceHealthAvoid, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}}
+)
 
 func TestLoadArgs(t *testing.T) {
 	tests := map[string]struct {
@@ -67,6 +70,7 @@ func TestLoadArgs(t *testing.T) {
 				BindingTimeout: &metav1.Duration{Duration: 600 * time.Second},
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
 				PoolStatus:     defaultPoolStatus,
+				DeviceHealth:   defaultDeviceHealth,
 			},
 		},
 		"explicit values are kept": {
@@ -80,12 +84,16 @@ func TestLoadArgs(t *testing.T) {
       poolStatus:
         publishResourcePools: false
         minPublishInterval: 250ms
+      deviceHealth:
+        policy: Ignore
+        unhealthyHoldTime: 90s
 `,
 			want: &config.DRAScopeArgs{
 				FilterTimeout:  &metav1.Duration{Duration: 3 * time.Second},
 				BindingTimeout: &metav1.Duration{Duration: 2 * time.Minute},
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: false},
 				PoolStatus:     config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: 250 * time.Millisecond}},
+				DeviceHealth:   config.DeviceHealthArgs{Policy: config.DeviceHealthIgnore, UnhealthyHoldTime: metav1.Duration{Duration: 90 * time.Second}},
 			},
 		},
 		"zero filterTimeout disables the limit and is kept": {
@@ -99,6 +107,7 @@ func TestLoadArgs(t *testing.T) {
 				BindingTimeout: &metav1.Duration{Duration: 600 * time.Second},
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
 				PoolStatus:     defaultPoolStatus,
+				DeviceHealth:   defaultDeviceHealth,
 			},
 		},
 		"unknown top-level field": {
@@ -117,6 +126,15 @@ func TestLoadArgs(t *testing.T) {
         requireNamespaceLabels: true
 `,
 			wantErr: `unknown field "adminAccess.requireNamespaceLabels"`,
+		},
+		"unknown deviceHealth field": {
+			pluginConfig: `  pluginConfig:
+  - name: DRAScope
+    args:
+      deviceHealth:
+        holdTime: 5m
+`,
+			wantErr: `unknown field "deviceHealth.holdTime"`,
 		},
 		"wrong type": {
 			pluginConfig: `  pluginConfig:

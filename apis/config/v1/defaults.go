@@ -12,6 +12,9 @@ import (
 // DefaultMinPublishInterval is the default of poolStatus.minPublishInterval.
 const DefaultMinPublishInterval = time.Second
 
+// DefaultUnhealthyHoldTime is the default of deviceHealth.unhealthyHoldTime.
+const DefaultUnhealthyHoldTime = 10 * time.Minute
+
 // SetDefaults_DRAScopeArgs fills unset fields. The two timeouts take the
 // upstream DynamicResources defaults, which depend on feature gates, by
 // running upstream's own defaulting on them.
@@ -32,5 +35,11 @@ func SetDefaults_DRAScopeArgs(obj *DRAScopeArgs) {
 	}
 	if obj.PoolStatus.MinPublishInterval == nil {
 		obj.PoolStatus.MinPublishInterval = &metav1.Duration{Duration: DefaultMinPublishInterval}
+	}
+	if obj.DeviceHealth.Policy == "" {
+		obj.DeviceHealth.Policy = DeviceHealthAvoid
+	}
+	if obj.DeviceHealth.UnhealthyHoldTime == nil {
+		obj.DeviceHealth.UnhealthyHoldTime = &metav1.Duration{Duration: DefaultUnhealthyHoldTime}
 	}
 }

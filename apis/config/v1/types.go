@@ -30,6 +30,12 @@ type DRAScopeArgs struct {
 	// PoolStatus configures pool availability reporting (KEP-5677).
 	// +optional
 	PoolStatus PoolStatusArgs `json:"poolStatus"`
+
+	// DeviceHealth configures how device health that kubelet reports in pod
+	// status (KEP-4680, status.containerStatuses[].allocatedResourcesStatus)
+	// affects allocation.
+	// +optional
+	DeviceHealth DeviceHealthArgs `json:"deviceHealth"`
 }
 
 // AdminAccessArgs configures how DRAScope treats claims with admin access.
@@ -52,4 +58,28 @@ type PoolStatusArgs struct {
 	// Default 1s; must be positive.
 	// +optional
 	MinPublishInterval *metav1.Duration `json:"minPublishInterval,omitempty"`
+}
+
+// DeviceHealthPolicy says what the scheduler does with devices that kubelet
+// reported Unhealthy.
+type DeviceHealthPolicy string
+
+const (
+	// DeviceHealthAvoid treats Unhealthy devices as in use: the allocator never
+	// picks them for a new claim. Allocated devices are never taken away.
+	DeviceHealthAvoid DeviceHealthPolicy = "Avoid"
+	// DeviceHealthIgnore allocates as upstream does, regardless of health.
+	DeviceHealthIgnore DeviceHealthPolicy = "Ignore"
+)
+
+// DeviceHealthArgs configures health-aware allocation.
+type DeviceHealthArgs struct {
+	// Policy is Avoid (default) or Ignore.
+	// +optional
+	Policy DeviceHealthPolicy `json:"policy,omitempty"`
+	// UnhealthyHoldTime is how long a device stays Unhealthy after its last
+	// Unhealthy report when no Healthy report follows; then it is Unknown,
+	// which scheduling treats as healthy. Default 10m; must be positive.
+	// +optional
+	UnhealthyHoldTime *metav1.Duration `json:"unhealthyHoldTime,omitempty"`
 }

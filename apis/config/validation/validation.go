@@ -27,6 +27,16 @@ func ValidateDRAScopeArgs(path *field.Path, args *config.DRAScopeArgs, fts featu
 		allErrs = append(allErrs, field.Invalid(path.Child("poolStatus", "minPublishInterval"),
 			args.PoolStatus.MinPublishInterval.Duration.String(), "must be positive"))
 	}
+	switch args.DeviceHealth.Policy {
+	case config.DeviceHealthAvoid, config.DeviceHealthIgnore:
+	default:
+		allErrs = append(allErrs, field.NotSupported(path.Child("deviceHealth", "policy"),
+			args.DeviceHealth.Policy, []config.DeviceHealthPolicy{config.DeviceHealthAvoid, config.DeviceHealthIgnore}))
+	}
+	if args.DeviceHealth.UnhealthyHoldTime.Duration <= 0 {
+		allErrs = append(allErrs, field.Invalid(path.Child("deviceHealth", "unhealthyHoldTime"),
+			args.DeviceHealth.UnhealthyHoldTime.Duration.String(), "must be positive"))
+	}
 	err := schedvalidation.ValidateDynamicResourcesArgs(path, upstream, fts)
 	if err == nil {
 		return allErrs

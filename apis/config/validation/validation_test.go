@@ -21,6 +21,7 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 	tests := map[string]struct {
 		args             config.DRAScopeArgs
 		keepZeroInterval bool
+		keepZeroHealth   bool
 		fts              feature.Features
 		wantErrs         []string
 	}{
@@ -60,6 +61,22 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 				`pluginConfig[DRAScope].args.bindingTimeout: Invalid value: "500ms": must be at least 1 second`,
 			},
 		},
+		"unknown deviceHealth.policy": {
+			args:     config.DRAScopeArgs{DeviceHealth: config.DeviceHealthArgs{Policy: "Evict"}},
+			fts:      allGates,
+			wantErrs: []string{`pluginConfig[DRAScope].args.deviceHealth.policy: Unsupported value: "Evict": supported values: "Avoid", "Ignore"`},
+		},
+		"zero deviceHealth.unhealthyHoldTime": {
+			args:           config.DRAScopeArgs{DeviceHealth: config.DeviceHealthArgs{Policy: config.DeviceHealthIgnore}},
+			keepZeroHealth: true,
+			fts:            allGates,
+			wantErrs:       []string{`pluginConfig[DRAScope].args.deviceHealth.unhealthyHoldTime: Invalid value: "0s": must be positive`},
+		},
+		"negative deviceHealth.unhealthyHoldTime": {
+			args:     config.DRAScopeArgs{DeviceHealth: config.DeviceHealthArgs{UnhealthyHoldTime: metav1.Duration{Duration: -time.Minute}}},
+			fts:      allGates,
+			wantErrs: []string{`pluginConfig[DRAScope].args.deviceHealth.unhealthyHoldTime: Invalid value: "-1m0s": must be positive`},
+		},
 		"filterTimeout with its gate off": {
 			args: config.DRAScopeArgs{FilterTimeout: &metav1.Duration{Duration: time.Second}},
 			fts:  feature.Features{},
@@ -72,6 +89,14 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if tc.args.PoolStatus.MinPublishInterval.Duration == 0 && !tc.keepZeroInterval {
 				tc.args.PoolStatus.MinPublishInterval.Duration = time.Second
+			}
+			if !tc.keepZeroHealth {
+				if tc.args.DeviceHealth.Policy == "" {
+					tc.args.DeviceHealth.Policy = config.DeviceHealthAvoid
+				}
+				if tc.args.DeviceHealth.UnhealthyHoldTime.Duration == 0 {
+					tc.args.DeviceHealth.UnhealthyHoldTime.Duration = 10 * time.Minute
+				}
 			}
 			errs := ValidateDRAScopeArgs(path, &tc.args, tc.fts)
 			if len(errs) != len(tc.wantErrs) {
