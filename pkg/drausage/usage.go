@@ -42,6 +42,7 @@ const (
 const (
 	ReasonTainted           = "Tainted"
 	ReasonCountersExhausted = "CountersExhausted"
+	ReasonUnhealthy         = "Unhealthy"
 )
 
 // Summary counts the devices of a pool. Available = Total - Allocated -
@@ -76,9 +77,11 @@ type DeviceUsage struct {
 	Name  string
 	State DeviceState
 	// Reason says why an Unavailable device is: ReasonTainted,
-	// ReasonCountersExhausted, or a caller's reason (Options.Unavailable),
-	// followed by ": " and the detail.
+	// ReasonCountersExhausted or ReasonUnhealthy, followed by ": " and the
+	// detail.
 	Reason string
+	// Health is what Options.Health knows of the device.
+	Health DeviceHealth
 	// Allocations hold the device in use.
 	Allocations []Allocation
 	// AdminAccess lists KEP-5018 observers: they never count as allocated.
@@ -147,9 +150,29 @@ type Options struct {
 	// carry; pass the cluster's rules, or nil when the slices are already
 	// patched (as the scheduler's slice tracker does).
 	DeviceTaintRules []*resourceapi.DeviceTaintRule
-	// Unavailable, when set, may report a free device as unable to take an
-	// allocation, with a reason such as "Unhealthy: <detail>".
-	Unavailable func(pool PoolID, device string) (reason string, unavailable bool)
+	// Health, when set, says what is known of a device's health (KEP-4680);
+	// it fills DeviceUsage.Health.
+	Health func(pool PoolID, device string) DeviceHealth
+	// WithholdUnhealthy counts devices as the scheduler allocates them under
+	// deviceHealth.policy Avoid: a free device whose Health is Unhealthy is
+	// Unavailable (ReasonUnhealthy) and, like an allocated device, uses up
+	// the shared counters it consumes.
+	WithholdUnhealthy bool
+}
+
+// Health values, as kubelet reports them in pod status.
+const (
+	Healthy   = "Healthy"
+	Unhealthy = "Unhealthy"
+	Unknown   = "Unknown"
+)
+
+// DeviceHealth is what is known of one device's health.
+type DeviceHealth struct {
+	// Status is Healthy, Unhealthy, Unknown, or empty when nothing is known.
+	Status string
+	// Detail says who reported it, when, and why.
+	Detail string
 }
 
 // ComputePoolUsage counts every pool that the slices describe, sorted by
@@ -204,6 +227,8 @@ func PoolsOf(claim *resourceapi.ResourceClaim) []PoolID {
 // device is a device of the pool's current generation while counting.
 type device struct {
 	spec        *resourceapi.Device
+	health      DeviceHealth
+	withheld    bool // free but Unhealthy, and Options.WithholdUnhealthy
 	dedicated   int
 	shares      int
 	allocations []Allocation
@@ -220,11 +245,17 @@ func ComputePool(id PoolID, poolSlices []*resourceapi.ResourceSlice, claims []*r
 	current := currentGeneration(id, poolSlices, &usage, errs)
 	devices, names := collectDevices(current, errs)
 	collectAllocations(id, claims, devices)
+	if opts.Health != nil {
+		for name, d := range devices {
+			d.health = opts.Health(id, name)
+			d.withheld = opts.WithholdUnhealthy && d.health.Status == Unhealthy && d.dedicated == 0 && d.shares == 0
+		}
+	}
 
 	counters := remainingCounters(current, devices)
 	for _, name := range names {
 		d := devices[name]
-		du := DeviceUsage{Name: name, Allocations: d.allocations, AdminAccess: d.admin}
+		du := DeviceUsage{Name: name, Allocations: d.allocations, AdminAccess: d.admin, Health: d.health}
 		if conflict := d.conflict(); conflict != "" {
 			errs.add(AllocationConflict, fmt.Sprintf("device %s/%s is %s", id, name, conflict))
 		}
@@ -385,8 +416,9 @@ func (d *device) partiallyConsumed() bool {
 // counterKey names one counter of one counter set of the pool.
 type counterKey struct{ set, counter string }
 
-// remainingCounters subtracts what allocated devices consume from the pool's
-// shared counters (partitionable devices).
+// remainingCounters subtracts what allocated and withheld devices consume
+// from the pool's shared counters (partitionable devices). Withheld devices
+// count because the scheduler hands them to its allocator as in use.
 func remainingCounters(current []*resourceapi.ResourceSlice, devices map[string]*device) map[counterKey]resource.Quantity {
 	remaining := map[counterKey]resource.Quantity{}
 	for _, slice := range current {
@@ -400,7 +432,7 @@ func remainingCounters(current []*resourceapi.ResourceSlice, devices map[string]
 		return remaining
 	}
 	for _, d := range devices {
-		if d.dedicated == 0 && d.shares == 0 {
+		if d.dedicated == 0 && d.shares == 0 && !d.withheld {
 			continue
 		}
 		for _, consumption := range d.spec.ConsumesCounters {
@@ -421,6 +453,9 @@ func freeDeviceState(id PoolID, d *device, counters map[counterKey]resource.Quan
 	if taint := blockingTaint(id, d.spec, opts.DeviceTaintRules); taint != nil {
 		return DeviceUnavailable, fmt.Sprintf("%s: %s=%s:%s", ReasonTainted, taint.Key, taint.Value, taint.Effect)
 	}
+	if d.withheld {
+		return DeviceUnavailable, ReasonUnhealthy + ": " + d.health.Detail
+	}
 	for _, consumption := range d.spec.ConsumesCounters {
 		for _, name := range sortedKeys(consumption.Counters) {
 			left, ok := counters[counterKey{consumption.CounterSet, name}]
@@ -428,11 +463,6 @@ func freeDeviceState(id PoolID, d *device, counters map[counterKey]resource.Quan
 				return DeviceUnavailable, fmt.Sprintf("%s: counter %s/%s has %s left, the device needs %s",
 					ReasonCountersExhausted, consumption.CounterSet, name, left.String(), ptr.To(consumption.Counters[name].Value).String())
 			}
-		}
-	}
-	if opts.Unavailable != nil {
-		if reason, unavailable := opts.Unavailable(id, d.spec.Name); unavailable {
-			return DeviceUnavailable, reason
 		}
 	}
 	return DeviceAvailable, ""

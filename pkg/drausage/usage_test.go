@@ -1,6 +1,7 @@
 package drausage
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -225,14 +226,26 @@ func TestComputePoolUsage(t *testing.T) {
 			wantErrs:   []ValidationKind{AllocationConflict},
 			complete:   true, valid: false,
 		},
-		"caller-reported unavailability, only for free devices": {
-			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1", "gpu-2")...)},
-			claims: []*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "gpu-1"))},
-			opts: Options{Unavailable: func(_ PoolID, device string) (string, bool) {
-				return "Unhealthy: fan", device != "gpu-2"
-			}},
+		"health Avoid: a free Unhealthy device is withheld, an allocated one stays allocated": {
+			slices:     []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1", "gpu-2")...)},
+			claims:     []*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "gpu-1"))},
+			opts:       Options{Health: unhealthy("gpu-0", "gpu-1"), WithholdUnhealthy: true},
 			wantStates: map[string]string{"gpu-0": "Unavailable (Unhealthy)", "gpu-1": "Allocated", "gpu-2": "Available"},
 			wantSum:    Summary{Total: 3, Allocated: 1, Unavailable: 1, Available: 1},
+			complete:   true, valid: true,
+		},
+		"health Ignore: an Unhealthy device stays available": {
+			slices:     []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1")...)},
+			opts:       Options{Health: unhealthy("gpu-0")},
+			wantStates: map[string]string{"gpu-0": "Available", "gpu-1": "Available"},
+			wantSum:    Summary{Total: 2, Available: 2},
+			complete:   true, valid: true,
+		},
+		"health Avoid: a withheld partition uses up its counters, as the allocator sees it": {
+			slices:     []*resourceapi.ResourceSlice{counters, partitions},
+			opts:       Options{Health: unhealthy("half-a"), WithholdUnhealthy: true},
+			wantStates: map[string]string{"whole": "Unavailable (CountersExhausted)", "half-a": "Unavailable (Unhealthy)", "half-b": "Available"},
+			wantSum:    Summary{Total: 3, Unavailable: 2, Available: 1},
 			complete:   true, valid: true,
 		},
 	}
@@ -256,6 +269,31 @@ func TestComputePoolUsage(t *testing.T) {
 				t.Errorf("complete=%v valid=%v, want %v %v", p.Complete(), p.Valid(), tc.complete, tc.valid)
 			}
 		})
+	}
+}
+
+// unhealthy reports the named devices Unhealthy and every other one Healthy.
+func unhealthy(names ...string) func(PoolID, string) DeviceHealth {
+	return func(_ PoolID, device string) DeviceHealth {
+		if slices.Contains(names, device) {
+			return DeviceHealth{Status: Unhealthy, Detail: "reported by pod default/p: fan"}
+		}
+		return DeviceHealth{Status: Healthy}
+	}
+}
+
+func TestHealthIsReportedForEveryDevice(t *testing.T) {
+	p := ComputePoolUsage(
+		[]*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1")...)},
+		[]*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "gpu-0"))},
+		Options{Health: unhealthy("gpu-0", "gpu-1"), WithholdUnhealthy: true})[0]
+	for _, d := range p.Devices {
+		if d.Health.Status != Unhealthy || d.Health.Detail == "" {
+			t.Errorf("device %s: health %+v, want Unhealthy with its detail", d.Name, d.Health)
+		}
+	}
+	if got := p.Devices[1].Reason; got != "Unhealthy: reported by pod default/p: fan" {
+		t.Errorf("reason of the withheld device: %q", got)
 	}
 }
 

@@ -250,6 +250,30 @@ func (c *Cache) SetDeviceTaintRule(rule *resourceapi.DeviceTaintRule) {
 	c.markRuleLocked(rule)
 }
 
+// HasDriver reports whether the cache holds a slice of driver.
+func (c *Cache) HasDriver(driver string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.slices {
+		if id.Driver == driver {
+			return true
+		}
+	}
+	return false
+}
+
+// Invalidate marks pools for recompute because an input the cache does not
+// hold changed: what Options.Usage.Health says of one of their devices.
+func (c *Cache) Invalidate(ids ...drausage.PoolID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		if _, ok := c.slices[id]; ok {
+			c.markLocked(id)
+		}
+	}
+}
+
 // DeleteDeviceTaintRule forgets a DeviceTaintRule.
 func (c *Cache) DeleteDeviceTaintRule(rule *resourceapi.DeviceTaintRule) {
 	c.mu.Lock()

@@ -229,3 +229,26 @@ func TestDeviceTaintRules(t *testing.T) {
 		t.Errorf("after deleting the rule: unavailable %d, want 0", got)
 	}
 }
+
+func TestInvalidateRecomputesWithNewHealth(t *testing.T) {
+	unhealthy := map[string]bool{}
+	c := New(Options{Usage: drausage.Options{
+		WithholdUnhealthy: true,
+		Health: func(_ drausage.PoolID, device string) drausage.DeviceHealth {
+			if unhealthy[device] {
+				return drausage.DeviceHealth{Status: drausage.Unhealthy, Detail: "reported by pod default/p"}
+			}
+			return drausage.DeviceHealth{}
+		},
+	}})
+	c.SetSlice(slice("a", "node-a", "gpu-0", "gpu-1"))
+	c.Sync()
+	unhealthy["gpu-1"] = true
+	c.Invalidate(pool("node-a"), pool("no-such-pool"))
+	if changed := c.Sync(); !gocmp.Equal(changed, []drausage.PoolID{pool("node-a")}) {
+		t.Errorf("recomputed %v, want node-a (and no snapshot for a pool without slices)", changed)
+	}
+	if got := c.Get(pool("node-a")).Summary.Unavailable; got != 1 {
+		t.Errorf("unavailable %d after gpu-1 turned Unhealthy, want 1", got)
+	}
+}

@@ -36,8 +36,11 @@ func For(snap *drausage.PoolUsage, previous *v1alpha1.ResourcePoolStatus, now ti
 		LastUpdateTime:      &metav1.Time{Time: now.Truncate(time.Second)},
 	}
 	for _, d := range snap.Devices {
-		if d.State != drausage.DeviceAvailable {
-			status.Devices = append(status.Devices, v1alpha1.DeviceStatus{Name: d.Name, State: string(d.State), Reason: d.Reason})
+		if d.State != drausage.DeviceAvailable || d.Health.Status == drausage.Unhealthy {
+			status.Devices = append(status.Devices, v1alpha1.DeviceStatus{
+				Name: d.Name, State: string(d.State), Reason: d.Reason,
+				Health: d.Health.Status, HealthMessage: d.Health.Detail,
+			})
 		}
 	}
 	var incomplete, invalid []string

@@ -78,12 +78,16 @@ func TestForListsHeldAndUnavailableDevices(t *testing.T) {
 		{Name: "gpu-1", State: drausage.DeviceAvailable},
 		{Name: "gpu-2", State: drausage.DeviceUnavailable, Reason: "Tainted: broken=fan:NoSchedule"},
 		{Name: "gpu-3", State: drausage.DevicePartiallyAllocated},
+		{Name: "gpu-4", State: drausage.DeviceAvailable, Health: drausage.DeviceHealth{Status: drausage.Healthy, Detail: "reported by pod a/b"}},
+		{Name: "gpu-5", State: drausage.DeviceAvailable, Health: drausage.DeviceHealth{Status: drausage.Unhealthy, Detail: "reported by pod a/c"}},
 	}
 	got := For(u, nil, time.Now()).Devices
 	want := []v1alpha1.DeviceStatus{
 		{Name: "gpu-0", State: "Allocated"},
 		{Name: "gpu-2", State: "Unavailable", Reason: "Tainted: broken=fan:NoSchedule"},
 		{Name: "gpu-3", State: "PartiallyAllocated"},
+		// Listed although Available: kubelet reported it Unhealthy (policy Ignore).
+		{Name: "gpu-5", State: "Available", Health: "Unhealthy", HealthMessage: "reported by pod a/c"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("devices %+v, want %+v", got, want)

@@ -67,8 +67,9 @@ type ResourcePoolStatus struct {
 	// LastUpdateTime is when the scheduler computed this status.
 	// +optional
 	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
-	// Devices lists every device of the pool that is not Available, with its
-	// state and, for Unavailable ones, the reason. It names no claim: a
+	// Devices lists every device of the pool that is not Available or that
+	// kubelet reported Unhealthy, with its state and, for Unavailable ones,
+	// the reason. It names no claim: a
 	// reader who may list only some claims still learns which devices the
 	// others hold, and nothing about those claims.
 	// +optional
@@ -78,15 +79,26 @@ type ResourcePoolStatus struct {
 }
 
 // DeviceStatus is the state of one device that cannot take a new exclusive
-// allocation.
+// allocation, or that was reported Unhealthy.
 type DeviceStatus struct {
 	// Name of the device in its ResourceSlice.
 	Name string `json:"name"`
-	// State: Allocated, PartiallyAllocated or Unavailable.
+	// State: Allocated, PartiallyAllocated or Unavailable; Available only for
+	// an Unhealthy device that the scheduler still hands out
+	// (deviceHealth.policy Ignore).
 	State string `json:"state"`
-	// Reason an Unavailable device is, such as "Tainted: key=value:NoSchedule".
+	// Reason an Unavailable device is, such as "Tainted: key=value:NoSchedule"
+	// or "Unhealthy: reported by pod ns/name at ...".
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// Health is what kubelet last reported for the device in a pod's status
+	// (KEP-4680) as the scheduler remembers it: Healthy, Unhealthy or
+	// Unknown. Empty when no report is known.
+	// +optional
+	Health string `json:"health,omitempty"`
+	// HealthMessage says who reported the health, when, and kubelet's message.
+	// +optional
+	HealthMessage string `json:"healthMessage,omitempty"`
 }
 
 // PoolSummary counts devices. availableDevices = totalDevices -
