@@ -1,0 +1,222 @@
+package health
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+// claimPrefix marks DRA entries in allocatedResourcesStatus; other entries
+// are device plugin resources.
+const claimPrefix = "claim:"
+
+// Resolver turns the resource IDs of a pod's health entries into devices.
+//
+// kubelet writes "<driver>/<pool>/<device>", unless the driver gave the
+// device CDI device IDs; then it writes the first one ("vendor/class=name"),
+// which names no pool. Such an ID is resolved through the pod's claim: when
+// the request the entry is for holds exactly one device, it is that one.
+type Resolver struct {
+	// KnownDriver reports whether a driver publishes ResourceSlices; reports
+	// that name another driver are ignored. Nil: every driver is known.
+	KnownDriver func(driver string) bool
+	// Claim returns a ResourceClaim from the informer cache, to resolve CDI
+	// device IDs. Nil: such IDs are ignored.
+	Claim func(namespace, name string) (*resourceapi.ResourceClaim, error)
+}
+
+// maxLogged bounds how many distinct bad resource IDs are remembered for
+// logging once; past it, further ones are logged at a high verbosity only.
+const maxLogged = 1000
+
+// ignoredIDs remembers which bad resource IDs were logged.
+type ignoredIDs struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// first reports whether id is being ignored for the first time.
+func (l *ignoredIDs) first(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[id]; ok {
+		return false
+	}
+	if l.seen == nil {
+		l.seen = map[string]struct{}{}
+	}
+	if len(l.seen) >= maxLogged {
+		return false
+	}
+	l.seen[id] = struct{}{}
+	return true
+}
+
+// reportsOf returns the DRA health entries of a pod's status as reports,
+// one per device. Entries that cannot be resolved are logged once each and
+// left out.
+func (c *Cache) reportsOf(logger klog.Logger, pod *v1.Pod) []report {
+	var reports []report
+	for _, statuses := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, status := range statuses {
+			for _, resource := range status.AllocatedResourcesStatus {
+				name, found := strings.CutPrefix(string(resource.Name), claimPrefix)
+				if !found {
+					continue
+				}
+				podClaim, request, _ := strings.Cut(name, "/")
+				for _, h := range resource.Resources {
+					device, err := c.opts.Resolver.resolve(pod, podClaim, request, string(h.ResourceID))
+					if err != nil {
+						c.ignore(logger, pod, string(resource.Name), string(h.ResourceID), err)
+						continue
+					}
+					r := report{device: device, health: h.Health, message: ptr.Deref(h.Message, "")}
+					if !containsDevice(reports, device) {
+						reports = append(reports, r)
+					}
+				}
+			}
+		}
+	}
+	return reports
+}
+
+func containsDevice(reports []report, d Device) bool {
+	for _, r := range reports {
+		if r.device == d {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Cache) ignore(logger klog.Logger, pod *v1.Pod, entry, id string, err error) {
+	if c.ignored.first(id) {
+		logger.Info("Ignoring a device health report that names no known device; further reports with this resource ID are ignored silently",
+			"pod", klog.KObj(pod), "entry", entry, "resourceID", id, "reason", err.Error())
+		return
+	}
+	logger.V(5).Info("Ignoring a device health report", "pod", klog.KObj(pod), "entry", entry, "resourceID", id, "reason", err.Error())
+}
+
+// resolve turns one resource ID of the entry for podClaim (and request,
+// empty for a whole claim) into a device.
+func (r Resolver) resolve(pod *v1.Pod, podClaim, request, id string) (Device, error) {
+	if strings.Contains(id, "=") {
+		return r.resolveCDI(pod, podClaim, request, id)
+	}
+	d, err := ParseResourceID(id)
+	if err != nil {
+		return Device{}, err
+	}
+	if r.KnownDriver != nil && !r.KnownDriver(d.Driver) {
+		return Device{}, fmt.Errorf("no ResourceSlice is published by driver %q", d.Driver)
+	}
+	return d, nil
+}
+
+// ParseResourceID parses "<driver>/<pool>/<device>". Pool names may contain
+// slashes; driver and device names may not.
+func ParseResourceID(id string) (Device, error) {
+	parts := strings.Split(id, "/")
+	if len(parts) < 3 {
+		return Device{}, fmt.Errorf("want <driver>/<pool>/<device>, got %d part(s)", len(parts))
+	}
+	d := Device{Driver: parts[0], Pool: strings.Join(parts[1:len(parts)-1], "/"), Name: parts[len(parts)-1]}
+	if errs := validation.IsDNS1123Subdomain(d.Driver); len(errs) > 0 {
+		return Device{}, fmt.Errorf("driver name %q: %s", d.Driver, strings.Join(errs, "; "))
+	}
+	for _, segment := range parts[1 : len(parts)-1] {
+		if errs := validation.IsDNS1123Subdomain(segment); len(errs) > 0 {
+			return Device{}, fmt.Errorf("pool name %q: %s", d.Pool, strings.Join(errs, "; "))
+		}
+	}
+	if errs := validation.IsDNS1123Label(d.Name); len(errs) > 0 {
+		return Device{}, fmt.Errorf("device name %q: %s", d.Name, strings.Join(errs, "; "))
+	}
+	return d, nil
+}
+
+// resolveCDI finds the one device that the pod's claim holds for request.
+func (r Resolver) resolveCDI(pod *v1.Pod, podClaim, request, id string) (Device, error) {
+	if r.Claim == nil {
+		return Device{}, errors.New("a CDI device ID, and claims cannot be looked up")
+	}
+	var ref *v1.PodResourceClaim
+	for i := range pod.Spec.ResourceClaims {
+		if pod.Spec.ResourceClaims[i].Name == podClaim {
+			ref = &pod.Spec.ResourceClaims[i]
+		}
+	}
+	if ref == nil {
+		return Device{}, fmt.Errorf("a CDI device ID for claim %q, which the pod does not reference", podClaim)
+	}
+	name, _, err := resourceclaim.Name(pod, ref)
+	if err != nil || name == nil {
+		return Device{}, fmt.Errorf("a CDI device ID for claim %q, whose ResourceClaim is not known yet", podClaim)
+	}
+	claim, err := r.Claim(pod.Namespace, *name)
+	if err != nil || claim.Status.Allocation == nil {
+		return Device{}, fmt.Errorf("a CDI device ID for ResourceClaim %s/%s, which is gone or not allocated", pod.Namespace, *name)
+	}
+	var found []Device
+	for _, result := range claim.Status.Allocation.Devices.Results {
+		resultRequest, _, _ := strings.Cut(result.Request, "/")
+		if request == "" || resultRequest == request {
+			found = append(found, Device{Driver: result.Driver, Pool: result.Pool, Name: result.Device})
+		}
+	}
+	if len(found) != 1 {
+		return Device{}, fmt.Errorf("a CDI device ID, and request %q of ResourceClaim %s/%s holds %d devices: cannot tell which one it is", request, pod.Namespace, *name, len(found))
+	}
+	if r.KnownDriver != nil && !r.KnownDriver(found[0].Driver) {
+		return Device{}, fmt.Errorf("no ResourceSlice is published by driver %q", found[0].Driver)
+	}
+	return found[0], nil
+}
+
+// NewHealthyReports reports whether pod's status says Healthy for a DRA
+// resource that old's did not; old may be nil. Resource IDs are compared as
+// written, unresolved: this is the cheap check of a queueing hint.
+func NewHealthyReports(old, pod *v1.Pod) bool {
+	healthy := func(pod *v1.Pod) map[string]bool {
+		var ids map[string]bool // made on first use: most pods report nothing
+		if pod == nil {
+			return ids
+		}
+		for _, statuses := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+			for _, status := range statuses {
+				for _, resource := range status.AllocatedResourcesStatus {
+					if !strings.HasPrefix(string(resource.Name), claimPrefix) {
+						continue
+					}
+					for _, h := range resource.Resources {
+						if h.Health == v1.ResourceHealthStatusHealthy {
+							if ids == nil {
+								ids = map[string]bool{}
+							}
+							ids[string(h.ResourceID)] = true
+						}
+					}
+				}
+			}
+		}
+		return ids
+	}
+	before := healthy(old)
+	for id := range healthy(pod) {
+		if !before[id] {
+			return true
+		}
+	}
+	return false
+}
