@@ -199,11 +199,35 @@ func deviceDetail(ctx context.Context, client kubernetes.Interface, id drausage.
 			opts.DeviceTaintRules = append(opts.DeviceTaintRules, &rules.Items[i])
 		}
 	}
+	opts.Health, opts.WithholdUnhealthy = schedulerHealth(rp)
 	usage := drausage.ComputePool(id, poolSlices, claims, opts)
 	if note != "" {
 		markHeldByOthers(&usage, rp)
 	}
 	return &usage, note, nil
+}
+
+// schedulerHealth returns device health as the scheduler remembers it, from
+// the ResourcePool: it learned it from pod statuses, some of them of pods
+// long deleted, which a client cannot see. It also says whether the
+// scheduler withholds Unhealthy devices (deviceHealth.policy Avoid): it
+// does when it lists a free Unhealthy device as Unavailable for that reason.
+func schedulerHealth(rp *v1alpha1.ResourcePool) (func(drausage.PoolID, string) drausage.DeviceHealth, bool) {
+	known := map[string]drausage.DeviceHealth{}
+	withholds := false
+	for _, d := range rp.Status.Devices {
+		if d.Health == "" {
+			continue
+		}
+		known[d.Name] = drausage.DeviceHealth{Status: d.Health, Detail: d.HealthMessage}
+		if d.Health == drausage.Unhealthy && strings.HasPrefix(d.Reason, drausage.ReasonUnhealthy+":") {
+			withholds = true
+		}
+	}
+	if len(known) == 0 {
+		return nil, false
+	}
+	return func(_ drausage.PoolID, device string) drausage.DeviceHealth { return known[device] }, withholds
 }
 
 // markHeldByOthers takes, from the ResourcePool, the state of devices that

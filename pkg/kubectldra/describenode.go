@@ -134,8 +134,8 @@ func writeDevices(w describe.PrefixWriter, level int, detail *drausage.PoolUsage
 		w.Write(level, "%s\n", note)
 		return
 	}
-	w.Write(level, "Device\tState\tClaim\tDetails\n")
-	w.Write(level, "------\t-----\t-----\t-------\n")
+	w.Write(level, "Device\tState\tHealth\tClaim\tDetails\n")
+	w.Write(level, "------\t-----\t------\t-----\t-------\n")
 	for _, d := range detail.Devices {
 		claims := make([]string, 0, len(d.Allocations))
 		var details []string
@@ -148,13 +148,20 @@ func writeDevices(w describe.PrefixWriter, level int, detail *drausage.PoolUsage
 		for _, a := range d.AdminAccess {
 			details = append(details, "observed by "+a.Claim.String()+" (admin access)")
 		}
-		if d.Reason != "" {
+		switch {
+		case d.Reason != "":
 			details = append([]string{d.Reason}, details...)
+		case d.Health.Status == drausage.Unhealthy:
+			details = append([]string{d.Health.Detail}, details...)
+		}
+		health := d.Health.Status
+		if health == "" {
+			health = drausage.Unknown
 		}
 		claim := orNone(strings.Join(claims, ", "))
 		if len(claims) == 0 && (d.State == drausage.DeviceAllocated || d.State == drausage.DevicePartiallyAllocated) {
 			claim = hiddenClaim
 		}
-		w.Write(level, "%s\t%s\t%s\t%s\n", d.Name, d.State, claim, strings.Join(details, "; "))
+		w.Write(level, "%s\t%s\t%s\t%s\t%s\n", d.Name, d.State, health, claim, strings.Join(details, "; "))
 	}
 }

@@ -57,6 +57,9 @@ var (
 	conflictsDesc = metrics.NewDesc("drascope_resourcepool_allocation_conflicts",
 		"Devices of a pool held by more claims than they allow, as when two schedulers raced for them.",
 		[]string{"driver", "pool", "node"}, nil, metrics.ALPHA, "")
+	healthDesc = metrics.NewDesc("drascope_resourcepool_device_health",
+		"Devices of a pool by the health kubelet last reported for them in pod status (KEP-4680): Healthy, Unhealthy, or Unknown (no report, or an Unhealthy report older than deviceHealth.unhealthyHoldTime).",
+		[]string{"driver", "pool", "node", "health"}, nil, metrics.ALPHA, "")
 	poolsDesc = metrics.NewDesc("resourcepool_controller_pools_total",
 		"Number of pools the scheduler's side cache tracks.",
 		nil, nil, metrics.ALPHA, "")
@@ -99,6 +102,7 @@ type poolCollector struct {
 func (c *poolCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- devicesDesc
 	ch <- conflictsDesc
+	ch <- healthDesc
 	ch <- poolsDesc
 }
 
@@ -127,6 +131,18 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			}
 		}
 		ch <- metrics.NewLazyConstMetric(conflictsDesc, metrics.GaugeValue, float64(conflicts), labels...)
+		byHealth := map[string]int{drausage.Healthy: 0, drausage.Unhealthy: 0, drausage.Unknown: 0}
+		for _, d := range s.Devices {
+			switch d.Health.Status {
+			case drausage.Healthy, drausage.Unhealthy:
+				byHealth[d.Health.Status]++
+			default:
+				byHealth[drausage.Unknown]++
+			}
+		}
+		for health, n := range byHealth {
+			ch <- metrics.NewLazyConstMetric(healthDesc, metrics.GaugeValue, float64(n), append(labels, health)...)
+		}
 	}
 }
 

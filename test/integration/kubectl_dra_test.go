@@ -231,10 +231,10 @@ func TestKubectlDRADescribePool(t *testing.T) {
 		{"Valid", "False", "ValidationFailed"},
 		{"Slices:", "1", "of", "1"},
 		{"device", driverName + "/" + node + "/gpu-0", "is", "allocated", "to", "2", "claims"},
-		{"gpu-0", "Allocated", ns + "/first,", ns + "/second"},
-		{"gpu-1", "Available", "<none>", "observed", "by", ns + "/monitor", "(admin", "access)"},
-		{"gpu-2", "Available", "<none>"},
-		{"gpu-3", "Unavailable", "<none>", "Tainted:", "broken=fan:NoSchedule"},
+		{"gpu-0", "Allocated", "Unknown", ns + "/first,", ns + "/second"},
+		{"gpu-1", "Available", "Unknown", "<none>", "observed", "by", ns + "/monitor", "(admin", "access)"},
+		{"gpu-2", "Available", "Unknown", "<none>"},
+		{"gpu-3", "Unavailable", "Unknown", "<none>", "Tainted:", "broken=fan:NoSchedule"},
 		{"Warning", "DeviceAllocationConflict"},
 	} {
 		if findLine(out, want...) == nil {
@@ -298,7 +298,7 @@ func TestKubectlDRADescribeNode(t *testing.T) {
 		{"DRA", "Resources:"},
 		{node, driverName, "2", "1", "1", "0", "True"},
 		{"Devices", "of", poolObjectName(t, node) + ":"},
-		{device, "Allocated", s.namespace + "/" + claim.Name},
+		{device, "Allocated", "Unknown", s.namespace + "/" + claim.Name},
 	} {
 		if findLine(out, want...) == nil {
 			t.Errorf("no line starting %q in:\n%s", want, out)
@@ -371,7 +371,7 @@ func TestKubectlDRADescribePoolNamespaceLimited(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kubectl dra describe pool %s (cluster admin)\n%s", name, adminOut)
-	if findLine(adminOut, "gpu-1", "Allocated", other+"/theirs") == nil || findLine(adminOut, "gpu-0", "Allocated", s.namespace+"/mine") == nil {
+	if findLine(adminOut, "gpu-1", "Allocated", "Unknown", other+"/theirs") == nil || findLine(adminOut, "gpu-0", "Allocated", "Unknown", s.namespace+"/mine") == nil {
 		t.Errorf("the cluster admin does not see both claims named:\n%s", adminOut)
 	}
 
@@ -384,9 +384,9 @@ func TestKubectlDRADescribePoolNamespaceLimited(t *testing.T) {
 		{"Allocated:", "2"},
 		{"Available:", "1"},
 		{"(listing", "ResourceClaims", "is", "permitted", "in", "namespace", s.namespace, "only:"},
-		{"gpu-0", "Allocated", s.namespace + "/mine"},
-		{"gpu-1", "Allocated", "<not", "permitted>"},
-		{"gpu-2", "Available", "<none>"},
+		{"gpu-0", "Allocated", "Unknown", s.namespace + "/mine"},
+		{"gpu-1", "Allocated", "Unknown", "<not", "permitted>"},
+		{"gpu-2", "Available", "Unknown", "<none>"},
 	} {
 		if findLine(out, want...) == nil {
 			t.Errorf("no line starting %q in:\n%s", want, out)
@@ -442,7 +442,7 @@ func TestKubectlDRADescribeSharedDevice(t *testing.T) {
 	t.Logf("kubectl dra describe pool %s\n%s", name, out)
 	for _, want := range [][]string{
 		{"Partially", "Allocated:", "1"},
-		{"shared-gpu", "PartiallyAllocated", s.namespace + "/share", s.namespace + "/share", "consumes", "memory=2Gi"},
+		{"shared-gpu", "PartiallyAllocated", "Unknown", s.namespace + "/share", s.namespace + "/share", "consumes", "memory=2Gi"},
 	} {
 		if findLine(out, want...) == nil {
 			t.Errorf("no line starting %q in:\n%s", want, out)

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -429,7 +428,13 @@ func scrapeHistogramQuantiles(t *testing.T, name string) (p50, p99 time.Duration
 // if absent.
 func scrapeGauge(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
-	family, ok := scrapeMetrics(t)[name]
+	return scrapeGaugeAt(t, env.schedulerPort, name, labels)
+}
+
+// scrapeGaugeAt is scrapeGauge for the scheduler serving on port.
+func scrapeGaugeAt(t *testing.T, port int, name string, labels map[string]string) float64 {
+	t.Helper()
+	family, ok := scrapeMetricsAt(t, port)[name]
 	if !ok {
 		return -1
 	}
@@ -453,13 +458,17 @@ next:
 // endpoint is behind delegated authorization).
 func scrapeMetrics(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", env.schedulerPort), nil)
+	return scrapeMetricsAt(t, env.schedulerPort)
+}
+
+func scrapeMetricsAt(t *testing.T, port int) map[string]*dto.MetricFamily {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+adminToken)
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	resp, err := client.Do(req)
+	resp, err := insecureClient().Do(req)
 	if err != nil {
 		t.Fatalf("scraping /metrics: %v", err)
 	}

@@ -68,7 +68,7 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 	errCh := make(chan error, 1)
 	go func() { errCh <- app.Run(ctx, cc, sched) }()
 
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	client := insecureClient()
 	healthz := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
 	if err := waitForURL(ctx, healthz, client, "drascope-scheduler", env.schedulerLog); err != nil {
 		cancel()
@@ -84,6 +84,12 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 		// app.Run registers the config once per process; free it for a restart.
 		configz.Delete("componentconfig")
 	}, nil
+}
+
+// insecureClient talks to a scheduler's secure port, whose certificate is
+// self-signed.
+func insecureClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 }
 
 // schedulerBinary runs bin/drascope-scheduler with args; its output goes to

@@ -3,6 +3,8 @@ package drascope
 import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -29,20 +31,29 @@ type InFlightObserver interface {
 	AssumeRestored(namespace, name string)
 }
 
+// Withheld adds devices that must not be handed out to a set of devices in
+// use. It runs on the scheduling path: it must only add and return.
+type Withheld interface {
+	InsertUnhealthy(inUse sets.Set[structured.DeviceID]) int
+}
+
 // draManager decorates the scheduler's SharedDRAManager. The manager it
 // wraps is shared by every profile, so in-flight allocations of one profile
 // are seen by the others and no device is handed out twice within one
 // scheduler process; the decorator reports this profile's in-flight
-// allocations to an observer (the pool side cache).
+// allocations to an observer (the pool side cache), and adds the devices
+// this profile withholds (Unhealthy ones) to what the allocator treats as
+// in use.
 type draManager struct {
 	fwk.SharedDRAManager
 	claims claimTracker
 }
 
-func newDRAManager(inner fwk.SharedDRAManager, observer InFlightObserver) *draManager {
+// newDRAManager decorates inner; observer and withheld may be nil.
+func newDRAManager(inner fwk.SharedDRAManager, observer InFlightObserver, withheld Withheld) *draManager {
 	return &draManager{
 		SharedDRAManager: inner,
-		claims:           claimTracker{ResourceClaimTracker: inner.ResourceClaims(), observer: observer},
+		claims:           claimTracker{ResourceClaimTracker: inner.ResourceClaims(), observer: observer, withheld: withheld},
 	}
 }
 
@@ -50,11 +61,38 @@ func (m *draManager) ResourceClaims() fwk.ResourceClaimTracker {
 	return &m.claims
 }
 
-// claimTracker forwards to the scheduler's claim tracker and reports
-// successful in-flight changes to the observer.
+// claimTracker forwards to the scheduler's claim tracker, reports
+// successful in-flight changes to the observer, and adds withheld devices to
+// the allocated state. Claims themselves are never changed, so a withheld
+// device that a claim already holds stays allocated to it.
 type claimTracker struct {
 	fwk.ResourceClaimTracker
 	observer InFlightObserver
+	withheld Withheld
+}
+
+// ListAllAllocatedDevices is what upstream's PreFilter hands the allocator
+// as in use (without consumable capacity). The set is a fresh copy for
+// each call, so adding to it changes nothing else.
+func (t *claimTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
+	allocated, err := t.ResourceClaimTracker.ListAllAllocatedDevices()
+	if err == nil && t.withheld != nil {
+		t.withheld.InsertUnhealthy(allocated)
+	}
+	return allocated, err
+}
+
+// GatherAllocatedState is ListAllAllocatedDevices with consumable capacity.
+// A device in AllocatedDevices is in use for every request, shared or not.
+func (t *claimTracker) GatherAllocatedState() (*structured.AllocatedState, error) {
+	state, err := t.ResourceClaimTracker.GatherAllocatedState()
+	if err == nil && state != nil && t.withheld != nil {
+		if state.AllocatedDevices == nil {
+			state.AllocatedDevices = sets.New[structured.DeviceID]()
+		}
+		t.withheld.InsertUnhealthy(state.AllocatedDevices)
+	}
+	return state, err
 }
 
 func (t *claimTracker) SignalClaimPendingAllocation(uid types.UID, allocated *resourceapi.ResourceClaim) error {

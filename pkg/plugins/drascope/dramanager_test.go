@@ -71,7 +71,7 @@ func TestDRAManagerReportsInFlightAllocations(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			inner := &innerTracker{err: tc.err, removed: tc.removed}
 			observer := &recorder{}
-			claims := newDRAManager(&innerManager{claims: inner}, observer).ResourceClaims()
+			claims := newDRAManager(&innerManager{claims: inner}, observer, nil).ResourceClaims()
 
 			if err := claims.SignalClaimPendingAllocation(claim.UID, claim); !errors.Is(err, tc.err) {
 				t.Errorf("SignalClaimPendingAllocation returned %v, want the inner result %v", err, tc.err)

@@ -33,8 +33,9 @@ var argsPath = field.NewPath("pluginConfig").Key(Name).Child("args")
 
 // DRAScope embeds the upstream plugin, so every extension point upstream
 // implements (PreEnqueue, Filter, PostFilter, Score, Reserve, PreBind,
-// EventsToRegister, SignPod, ...) is DRAScope's too, unchanged. It overrides
-// only Name and PreFilter.
+// EventsToRegister, SignPod, ...) is DRAScope's too. It overrides Name,
+// PreFilter (admin-access guards), Filter (explains withheld Unhealthy
+// devices) and EventsToRegister (adds health reports).
 type DRAScope struct {
 	*dynamicresources.DynamicResources
 
@@ -46,6 +47,12 @@ type DRAScope struct {
 	pods                  corelisters.PodLister
 	activator             fwk.PodActivator
 	profileName           string
+
+	// shared is the scheduler's side cache, health cache and waiting pods.
+	shared *schedulerState
+	// withheld is the health cache under deviceHealth.policy Avoid, nil
+	// under Ignore.
+	withheld Withheld
 }
 
 var (
@@ -75,12 +82,17 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, er
 
 	var handle fwk.Handle = fh
 	var claims fwk.ResourceClaimTracker
+	var shared *schedulerState
+	var withheld Withheld
 	if fts.EnableDynamicResourceAllocation {
-		pools, err := poolCacheFor(ctx, fh, args)
+		shared, err = stateFor(ctx, fh, args)
 		if err != nil {
 			return nil, err
 		}
-		manager := newDRAManager(fh.SharedDRAManager(), pools)
+		if args.DeviceHealth.Policy == config.DeviceHealthAvoid {
+			withheld = shared.health
+		}
+		manager := newDRAManager(fh.SharedDRAManager(), shared.pools, withheld)
 		handle = &decoratedHandle{Handle: fh, draManager: manager}
 		claims = manager.ResourceClaims()
 	}
@@ -99,6 +111,11 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, er
 		adminAccessEnabled:    fts.EnableDRAAdminAccess,
 		requireNamespaceLabel: args.AdminAccess.RequireNamespaceLabel,
 		claims:                claims,
+		shared:                shared,
+		withheld:              withheld,
+	}
+	if pl.enabled {
+		klog.FromContext(ctx).V(1).Info("Device health", "profile", fh.ProfileName(), "policy", args.DeviceHealth.Policy, "unhealthyHoldTime", args.DeviceHealth.UnhealthyHoldTime.Duration)
 	}
 	if pl.enabled && pl.requireNamespaceLabel {
 		// The scheduler already watches namespaces (InterPodAffinity's
@@ -153,4 +170,17 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		return nil, status
 	}
 	return result, status
+}
+
+// EventsToRegister adds, to upstream's events, status updates of running
+// pods: kubelet's Healthy reports may free a withheld device.
+func (pl *DRAScope) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
+	events, err := pl.DynamicResources.EventsToRegister(ctx)
+	if err != nil || pl.withheld == nil {
+		return events, err
+	}
+	return append(events, fwk.ClusterEventWithHint{
+		Event:          fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update},
+		QueueingHintFn: pl.isSchedulableAfterHealthReport,
+	}), nil
 }

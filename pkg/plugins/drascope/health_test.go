@@ -1,0 +1,155 @@
+package drascope
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/drascope/drascope/pkg/health"
+)
+
+// allocatedTracker stands in for the scheduler's claim tracker in what
+// PreFilter asks of it: like upstream, it hands out a fresh copy of the
+// allocated devices for every call.
+type allocatedTracker struct {
+	fwk.ResourceClaimTracker
+	allocated sets.Set[structured.DeviceID]
+	err       error
+}
+
+func (t *allocatedTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	return t.allocated.Clone(), nil
+}
+
+func (t *allocatedTracker) GatherAllocatedState() (*structured.AllocatedState, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	return &structured.AllocatedState{AllocatedDevices: t.allocated.Clone()}, nil
+}
+
+func deviceID(i int) structured.DeviceID {
+	return structured.MakeDeviceID("gpu.example.com", fmt.Sprintf("node-%d", i/8), fmt.Sprintf("gpu-%d", i%8))
+}
+
+// healthCacheWithUnhealthy returns a health cache in which devices
+// [from, from+n) were reported Unhealthy by running pods.
+func healthCacheWithUnhealthy(logger klog.Logger, from, n int) *health.Cache {
+	c := health.New(health.Options{HoldTime: time.Hour})
+	for i := from; i < from+n; i++ {
+		id := deviceID(i)
+		c.ObservePod(logger, nil, &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("pod-%d", i)},
+			Spec:       v1.PodSpec{NodeName: id.Pool.String()},
+			Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{
+				Name: "ctr",
+				AllocatedResourcesStatus: []v1.ResourceStatus{{Name: "claim:gpu", Resources: []v1.ResourceHealth{{
+					ResourceID: v1.ResourceID(id.String()), Health: v1.ResourceHealthStatusUnhealthy,
+				}}}},
+			}}},
+		})
+	}
+	return c
+}
+
+func TestWithheldDevicesAreInUseForTheAllocator(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	inner := &allocatedTracker{allocated: sets.New(deviceID(0), deviceID(1))}
+	unhealthy := healthCacheWithUnhealthy(logger, 1, 2) // device 1 allocated and Unhealthy, device 2 free and Unhealthy
+	want := sets.New(deviceID(0), deviceID(1), deviceID(2))
+
+	claims := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, unhealthy).ResourceClaims()
+	claims.(*claimTracker).ResourceClaimTracker = inner
+	got, err := claims.ListAllAllocatedDevices()
+	if err != nil || !got.Equal(want) {
+		t.Errorf("ListAllAllocatedDevices = %v, %v; want %v", got, err, want)
+	}
+	state, err := claims.GatherAllocatedState()
+	if err != nil || !state.AllocatedDevices.Equal(want) {
+		t.Errorf("GatherAllocatedState = %v, %v; want %v", state, err, want)
+	}
+	if inner.allocated.Len() != 2 {
+		t.Errorf("the scheduler's own set was changed: %v", inner.allocated)
+	}
+
+	// Policy Ignore: nothing withheld.
+	ignoring := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, nil).ResourceClaims()
+	ignoring.(*claimTracker).ResourceClaimTracker = inner
+	if got, _ := ignoring.ListAllAllocatedDevices(); !got.Equal(inner.allocated) {
+		t.Errorf("with policy Ignore: %v, want the scheduler's own %v", got, inner.allocated)
+	}
+
+	// A concurrent modification is passed on for upstream to retry.
+	inner.err = errors.New("concurrent modification")
+	if _, err := claims.ListAllAllocatedDevices(); !errors.Is(err, inner.err) {
+		t.Errorf("error %v, want the inner one", err)
+	}
+}
+
+type activations struct{ pods []map[string]*v1.Pod }
+
+func (a *activations) Activate(_ klog.Logger, pods map[string]*v1.Pod) { a.pods = append(a.pods, pods) }
+
+func TestWaitingPodsAreActivatedOnce(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	a := &activations{}
+	w := newWaitingPods(a)
+	w.activate(logger) // nobody waits: no call
+	w.add(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "1"}})
+	w.add(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "1"}})
+	w.activate(logger)
+	w.activate(logger)
+	if len(a.pods) != 1 || len(a.pods[0]) != 1 || a.pods[0]["ns/p"] == nil {
+		t.Errorf("activations %v, want ns/p once", a.pods)
+	}
+}
+
+// BenchmarkAllocatedState measures what the allocator's view of devices in
+// use costs on the PreFilter path, with 1000 devices allocated: upstream's
+// tracker alone, and through drascope's decorator with 0 and with 1000
+// Unhealthy devices withheld. The decorator adds one map insert per
+// Unhealthy device.
+func BenchmarkAllocatedState(b *testing.B) {
+	logger := klog.Background()
+	allocated := sets.New[structured.DeviceID]()
+	for i := range 1000 {
+		allocated.Insert(deviceID(i))
+	}
+	inner := &allocatedTracker{allocated: allocated}
+	for _, tc := range []struct {
+		name      string
+		unhealthy int
+		decorated bool
+	}{
+		{name: "upstream"},
+		{name: "drascope/unhealthy=0", decorated: true},
+		{name: "drascope/unhealthy=1000", unhealthy: 1000, decorated: true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var claims fwk.ResourceClaimTracker = inner
+			if tc.decorated {
+				d := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, healthCacheWithUnhealthy(logger, 1000, tc.unhealthy)).ResourceClaims()
+				d.(*claimTracker).ResourceClaimTracker = inner
+				claims = d
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := claims.GatherAllocatedState(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
