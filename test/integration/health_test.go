@@ -140,6 +140,7 @@ func TestUnhealthyDeviceIsAvoided(t *testing.T) {
 		driverName+"/"+node+"/"+broken,
 		"reported by pod "+s.namespace+"/trainer at ",
 		"ECC error count exceeded")
+	s.waitForResourcePool(pool, "1 allocated, 1 withheld", summaryIs(2, 1, 0, 1))
 	if got := scrapeGauge(t, "drascope_resourcepool_device_health", map[string]string{"pool": node, "health": "Unhealthy"}); got != 1 {
 		t.Errorf("drascope_resourcepool_device_health{health=Unhealthy} of %s: %v, want 1", node, got)
 	}
@@ -147,6 +148,8 @@ func TestUnhealthyDeviceIsAvoided(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("kubectl dra describe pool %s:\n%s", pool, out)
+	t.Logf("pod %s/third: %s", s.namespace, describeScheduling(s.getPod("third")))
 	if findLine(out, broken, "Unavailable", "Unhealthy", "<none>", "Unhealthy:", "reported", "by", "pod", s.namespace+"/trainer") == nil {
 		t.Errorf("kubectl dra describe pool does not show %s Unavailable with its health:\n%s", broken, out)
 	}

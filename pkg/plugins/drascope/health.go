@@ -61,7 +61,7 @@ func (pl *DRAScope) withheldNote(node *v1.Node) string {
 		}
 		parts = append(parts, fmt.Sprintf("%s (%s)", r.Device, r.Detail()))
 	}
-	return "devices withheld because kubelet reported them Unhealthy: " + strings.Join(parts, ", ")
+	return "had devices withheld because kubelet reported them Unhealthy: " + strings.Join(parts, ", ")
 }
 
 // networkAttached reports whether a device's pool is not tied to one node.
