@@ -138,16 +138,16 @@ func (c *Cache) effective(e *entry, now time.Time) Report {
 	return r
 }
 
-// Get returns what is known of a device.
+// Get returns what is known of a device. The side cache asks this for every
+// device it counts, so a device without reports costs one map lookup.
 func (c *Cache) Get(d Device) (Report, bool) {
-	now := c.opts.Clock.Now()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e, ok := c.devices[d]
 	if !ok {
 		return Report{}, false
 	}
-	return c.effective(e, now), true
+	return c.effective(e, c.opts.Clock.Now()), true
 }
 
 // DeviceHealth is Get in the form pkg/drausage asks for it.
@@ -209,7 +209,7 @@ func (c *Cache) ObservePod(logger klog.Logger, old, pod *v1.Pod) {
 		return
 	}
 	if old != nil && (pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed) {
-		before := sets.New(c.reportsOf(klog.LoggerWithValues(logger, "previous", true), old)...)
+		before := sets.New(c.reportsOf(logger, old)...)
 		fresh := reports[:0]
 		for _, r := range reports {
 			if !before.Has(r) {
@@ -263,7 +263,7 @@ func (c *Cache) applyLocked(r report, pod, node string, now time.Time) bool {
 	if health != v1.ResourceHealthStatusHealthy && health != v1.ResourceHealthStatusUnhealthy {
 		health = v1.ResourceHealthStatusUnknown
 	}
-	changed := !ok || current.Health != health || current.Expired || e.Message != r.message
+	changed := !ok || current.Health != health || current.Expired || e.Message != r.message || e.Pod != pod
 	if changed {
 		e.Since = now
 	}

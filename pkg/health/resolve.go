@@ -60,33 +60,39 @@ func (l *ignoredIDs) first(id string) bool {
 	return true
 }
 
+// foreachDRAEntry calls fn with each DRA entry of the allocatedResourcesStatus
+// of the pod's init, regular and ephemeral containers, and the claim
+// reference the entry is named for ("<claim>" or "<claim>/<request>").
+func foreachDRAEntry(pod *v1.Pod, fn func(entry v1.ResourceStatus, claimRef string)) {
+	for _, statuses := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, status := range statuses {
+			for _, entry := range status.AllocatedResourcesStatus {
+				if claimRef, ok := strings.CutPrefix(string(entry.Name), claimPrefix); ok {
+					fn(entry, claimRef)
+				}
+			}
+		}
+	}
+}
+
 // reportsOf returns the DRA health entries of a pod's status as reports,
 // one per device. Entries that cannot be resolved are logged once each and
 // left out.
 func (c *Cache) reportsOf(logger klog.Logger, pod *v1.Pod) []report {
 	var reports []report
-	for _, statuses := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
-		for _, status := range statuses {
-			for _, resource := range status.AllocatedResourcesStatus {
-				name, found := strings.CutPrefix(string(resource.Name), claimPrefix)
-				if !found {
-					continue
-				}
-				podClaim, request, _ := strings.Cut(name, "/")
-				for _, h := range resource.Resources {
-					device, err := c.opts.Resolver.resolve(pod, podClaim, request, string(h.ResourceID))
-					if err != nil {
-						c.ignore(logger, pod, string(resource.Name), string(h.ResourceID), err)
-						continue
-					}
-					r := report{device: device, health: h.Health, message: ptr.Deref(h.Message, "")}
-					if !containsDevice(reports, device) {
-						reports = append(reports, r)
-					}
-				}
+	foreachDRAEntry(pod, func(entry v1.ResourceStatus, claimRef string) {
+		podClaim, request, _ := strings.Cut(claimRef, "/")
+		for _, h := range entry.Resources {
+			device, err := c.opts.Resolver.resolve(pod, podClaim, request, string(h.ResourceID))
+			if err != nil {
+				c.ignore(logger, pod, string(entry.Name), string(h.ResourceID), err)
+				continue
+			}
+			if !containsDevice(reports, device) {
+				reports = append(reports, report{device: device, health: h.Health, message: ptr.Deref(h.Message, "")})
 			}
 		}
-	}
+	})
 	return reports
 }
 
@@ -193,23 +199,16 @@ func NewHealthyReports(old, pod *v1.Pod) bool {
 		if pod == nil {
 			return ids
 		}
-		for _, statuses := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
-			for _, status := range statuses {
-				for _, resource := range status.AllocatedResourcesStatus {
-					if !strings.HasPrefix(string(resource.Name), claimPrefix) {
-						continue
+		foreachDRAEntry(pod, func(entry v1.ResourceStatus, _ string) {
+			for _, h := range entry.Resources {
+				if h.Health == v1.ResourceHealthStatusHealthy {
+					if ids == nil {
+						ids = map[string]bool{}
 					}
-					for _, h := range resource.Resources {
-						if h.Health == v1.ResourceHealthStatusHealthy {
-							if ids == nil {
-								ids = map[string]bool{}
-							}
-							ids[string(h.ResourceID)] = true
-						}
-					}
+					ids[string(h.ResourceID)] = true
 				}
 			}
-		}
+		})
 		return ids
 	}
 	before := healthy(old)

@@ -260,19 +260,28 @@ func waitForHealthGauge(t *testing.T, port int, node, health string, n float64) 
 	}
 }
 
-// deviceHealth.unhealthyHoldTime: with no new report, an Unhealthy device
-// becomes Unknown when its hold time ends, and the pod waiting for it is
-// retried then, with no API event to trigger it.
-func TestUnhealthyHoldTimeEnds(t *testing.T) {
-	const name = "drascope-short-hold"
-	port := startHealthScheduler(t, name, "        unhealthyHoldTime: 10s\n")
+// unhealthyGPU starts a scheduler called name with the given deviceHealth
+// args, and a scenario with a node of one GPU that a monitoring pod reports
+// Unhealthy ("overheating"). It returns once that scheduler has the report,
+// with the scenario, the node and the scheduler's port.
+func unhealthyGPU(t *testing.T, name, deviceHealth string) (*scenario, string, int) {
+	t.Helper()
+	port := startHealthScheduler(t, name, deviceHealth)
 	s := newScenario(t, adminNamespaceLabels)
 	node := s.addNode("gpu", 1)
 	s.addClaimTemplate("gpu", false)
 	s.addMonitor("monitor")
 	s.reportHealth("monitor", health(node, "gpu-0", v1.ResourceHealthStatusUnhealthy, "overheating"))
 	waitForHealthGauge(t, port, node, "Unhealthy", 1)
+	return s, node, port
+}
 
+// deviceHealth.unhealthyHoldTime: with no new report, an Unhealthy device
+// becomes Unknown when its hold time ends, and the pod waiting for it is
+// retried then, with no API event to trigger it.
+func TestUnhealthyHoldTimeEnds(t *testing.T) {
+	const name = "drascope-short-hold"
+	s, node, port := unhealthyGPU(t, name, "        unhealthyHoldTime: 10s\n")
 	s.addPod("waiting", name, fromTemplate("gpu"))
 	s.waitForPodUnschedulable("waiting", driverName+"/"+node+"/gpu-0", "reported by pod "+s.namespace+"/monitor", "overheating")
 	if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("waiting"))).Device; got != "gpu-0" {
@@ -285,14 +294,7 @@ func TestUnhealthyHoldTimeEnds(t *testing.T) {
 // Unhealthy is handed out.
 func TestDeviceHealthPolicyIgnore(t *testing.T) {
 	const name = "drascope-health-ignore"
-	port := startHealthScheduler(t, name, "        policy: Ignore\n")
-	s := newScenario(t, adminNamespaceLabels)
-	node := s.addNode("gpu", 1)
-	s.addClaimTemplate("gpu", false)
-	s.addMonitor("monitor")
-	s.reportHealth("monitor", health(node, "gpu-0", v1.ResourceHealthStatusUnhealthy, "overheating"))
-	waitForHealthGauge(t, port, node, "Unhealthy", 1)
-
+	s, _, _ := unhealthyGPU(t, name, "        policy: Ignore\n")
 	s.addPod("ignorer", name, fromTemplate("gpu"))
 	if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("ignorer"))).Device; got != "gpu-0" {
 		t.Errorf("the pod got %s, want gpu-0", got)
