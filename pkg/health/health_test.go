@@ -329,3 +329,17 @@ func TestNewHealthyReports(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseResourceID: any string either parses into a device that prints
+// back as the same ID, or is refused; nothing panics.
+func FuzzParseResourceID(f *testing.F) {
+	for _, seed := range []string{"gpu.example.com/node-1/gpu-0", "a/b/c/d", "gpu.example.com/gpu=gpu-0", "//", "a//b", ""} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		d, err := ParseResourceID(id)
+		if err == nil && d.String() != id {
+			t.Errorf("%q parsed into %+v, which prints as %q", id, d, d.String())
+		}
+	})
+}
