@@ -35,7 +35,9 @@ spec:
     how many devices each pool has, how many claims hold, which are free or
     unable to take an allocation, and per-device detail within your RBAC.
     Reads the ResourcePool objects drascope-scheduler publishes, or computes
-    the same numbers from ResourceSlices and ResourceClaims.
+    the same numbers from ResourceSlices and ResourceClaims. "kubectl dra
+    webhooks" finds admission webhooks in the scheduler's write path and
+    excludes its writes from them with CEL matchConditions (KEP-3693 rules).
   platforms:
 YAML
   for platform in "${platforms[@]}"; do

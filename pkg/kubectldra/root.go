@@ -18,18 +18,21 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Use: "kubectl-dra",
 		// As kubectl runs it: usage lines read "kubectl dra pools".
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl dra"},
-		Short:       "Show what DRA device pools have left",
+		Short:       "Show what DRA device pools have left, and what slows their scheduler",
 		Long: `kubectl dra shows the availability of Dynamic Resource Allocation device
 pools: how many devices each pool has, how many claims hold, and how many are
 free or unable to take an allocation. It reads the ResourcePool objects that
 drascope-scheduler publishes; without them it computes the same numbers from
-ResourceSlices and ResourceClaims, within what you may read.`,
+ResourceSlices and ResourceClaims, within what you may read.
+
+"kubectl dra webhooks" finds the admission webhooks that sit in the
+scheduler's write path and keeps them out of it with matchConditions.`,
 		SilenceUsage: true,
 	}
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	configFlags.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newPoolsCommand(configFlags, streams), newDescribeCommand(configFlags, streams))
+	cmd.AddCommand(newPoolsCommand(configFlags, streams), newDescribeCommand(configFlags, streams), newWebhooksCommand(configFlags, streams))
 	return cmd
 }
 

@@ -1,0 +1,460 @@
+package kubectldra
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	cmdutil "k8s.io/kubectl/pkg/cmd/util"
+
+	"github.com/drascope/drascope/pkg/webhooks"
+)
+
+func newWebhooksCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "webhooks",
+		Short: "Find admission webhooks in the scheduler's write path, and keep them out of it",
+		Long: `Every pod drascope-scheduler places costs API writes: the pod binding, the
+claim status, events, its leader-election leases and ResourcePool status. A
+validating or mutating admission webhook that intercepts them slows
+scheduling, and with failurePolicy Fail can stop it.
+
+"audit" lists the webhooks whose rules reach those writes. "exclude" adds
+exclusion rules in the form KEP-3693 proposed to a webhook configuration,
+compiled to CEL matchConditions that the apiserver evaluates before calling
+the webhook. See docs/webhooks.md.`,
+	}
+	cmd.AddCommand(newWebhooksAuditCommand(configFlags, streams), newWebhooksExcludeCommand(configFlags, streams))
+	return cmd
+}
+
+// webhookView is one webhook of a validating or mutating configuration.
+type webhookView struct {
+	kind, configuration, name string
+	webhooks.Webhook
+	timeoutSeconds *int32
+	selectors      bool
+}
+
+func listWebhooks(ctx context.Context, client kubernetes.Interface) ([]webhookView, error) {
+	var views []webhookView
+	validating, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing ValidatingWebhookConfigurations: %w", err)
+	}
+	for _, c := range validating.Items {
+		for _, w := range c.Webhooks {
+			views = append(views, webhookView{kind: "Validating", configuration: c.Name, name: w.Name,
+				Webhook:        webhooks.Webhook{Rules: w.Rules, MatchConditions: w.MatchConditions, FailurePolicy: w.FailurePolicy},
+				timeoutSeconds: w.TimeoutSeconds, selectors: hasSelector(w.NamespaceSelector) || hasSelector(w.ObjectSelector)})
+		}
+	}
+	mutating, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing MutatingWebhookConfigurations: %w", err)
+	}
+	for _, c := range mutating.Items {
+		for _, w := range c.Webhooks {
+			views = append(views, webhookView{kind: "Mutating", configuration: c.Name, name: w.Name,
+				Webhook:        webhooks.Webhook{Rules: w.Rules, MatchConditions: w.MatchConditions, FailurePolicy: w.FailurePolicy},
+				timeoutSeconds: w.TimeoutSeconds, selectors: hasSelector(w.NamespaceSelector) || hasSelector(w.ObjectSelector)})
+		}
+	}
+	return views, nil
+}
+
+func hasSelector(s *metav1.LabelSelector) bool {
+	return s != nil && (len(s.MatchLabels) > 0 || len(s.MatchExpressions) > 0)
+}
+
+const auditExample = `  # Webhooks in drascope-scheduler's write path, for pods in the current namespace
+  kubectl dra webhooks audit
+
+  # The same for pods in namespace ml-training; exit code 1 if one with
+  # failurePolicy Fail can stop a write (for the CI of a cluster's config repo)
+  kubectl dra webhooks audit -n ml-training`
+
+func newWebhooksAuditCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	return &cobra.Command{
+		Use:   "audit",
+		Short: "List the admission webhooks that drascope-scheduler's writes reach",
+		Long: `List every webhook of every ValidatingWebhookConfiguration and
+MutatingWebhookConfiguration whose rules select one of drascope-scheduler's
+writes, with its failurePolicy and timeoutSeconds, the writes that reach it,
+and the writes its matchConditions already exclude. Rules are matched and
+matchConditions evaluated with the apiserver's own code, for requests sent
+by the ServiceAccount kube-system/drascope-scheduler, for pods in the
+current namespace (-n). namespaceSelector and objectSelector are not
+evaluated: a webhook with one is listed as if they matched.
+
+Exit code 1 when a webhook with failurePolicy Fail (the default) is reached
+by a write.`,
+		Example: auditExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, client, err := clients(configFlags)
+			if err != nil {
+				return err
+			}
+			namespace, _, err := configFlags.ToRawKubeConfigLoader().Namespace()
+			if err != nil {
+				return err
+			}
+			return audit(cmd.Context(), client, namespace, streams.Out)
+		},
+	}
+}
+
+func audit(ctx context.Context, client kubernetes.Interface, namespace string, out io.Writer) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	views, err := listWebhooks(ctx, client)
+	if err != nil {
+		return err
+	}
+	writes := webhooks.SchedulerWrites(namespace)
+	tw := printers.GetNewTabWriter(out)
+	fmt.Fprintln(tw, "KIND\tCONFIGURATION\tWEBHOOK\tFAILURE POLICY\tTIMEOUT\tREACHED BY\tEXCLUDED BY MATCHCONDITIONS")
+	listed, blocking, selectors := 0, 0, false
+	for _, v := range views {
+		var reached, excluded []string
+		for _, r := range writes {
+			verdict := v.Reaches(ctx, r)
+			switch {
+			case !verdict.RulesMatch:
+			case verdict.Reaches:
+				label := r.Label()
+				if verdict.Err != nil {
+					label += " (condition error)"
+				}
+				reached = append(reached, label)
+			default:
+				excluded = append(excluded, r.Label()+" ("+verdict.ExcludedBy+")")
+			}
+		}
+		if len(reached) == 0 && len(excluded) == 0 {
+			continue
+		}
+		listed++
+		policy := admissionregistrationv1.Fail
+		if v.FailurePolicy != nil {
+			policy = *v.FailurePolicy
+		}
+		if policy == admissionregistrationv1.Fail && len(reached) > 0 {
+			blocking++
+		}
+		timeout := "10s"
+		if v.timeoutSeconds != nil {
+			timeout = strconv.Itoa(int(*v.timeoutSeconds)) + "s"
+		}
+		name := v.name
+		if v.selectors {
+			name += "*"
+			selectors = true
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.kind, v.configuration, name, policy, timeout, orNone(strings.Join(reached, ", ")), orNone(strings.Join(excluded, ", ")))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if listed == 0 {
+		fmt.Fprintln(out, "No admission webhook is reached by drascope-scheduler's writes.")
+	}
+	if selectors {
+		fmt.Fprintln(out, "* has a namespaceSelector or objectSelector, not evaluated here.")
+	}
+	if blocking > 0 {
+		return fmt.Errorf("%d webhook(s) with failurePolicy Fail sit in drascope-scheduler's write path; see kubectl dra webhooks exclude --help", blocking)
+	}
+	return nil
+}
+
+const excludeExample = `  # Keep drascope-scheduler's own writes away from every webhook of a configuration
+  kubectl dra webhooks exclude --scheduler-critical --config policy-webhooks
+
+  # Rules of your own, for one webhook, shown but not written
+  kubectl dra webhooks exclude -f manifests/examples/webhook-exclusions.yaml \
+      --config policy-webhooks --webhook pods.policy.example.com --dry-run=client -o yaml`
+
+type excludeOptions struct {
+	configFlags       *genericclioptions.ConfigFlags
+	streams           genericiooptions.IOStreams
+	printFlags        *genericclioptions.PrintFlags
+	filename          string
+	config            string
+	kind              string
+	webhook           string
+	schedulerCritical bool
+}
+
+func newWebhooksExcludeCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &excludeOptions{configFlags: configFlags, streams: streams, printFlags: genericclioptions.NewPrintFlags("patched").WithTypeSetter(scheme.Scheme)}
+	cmd := &cobra.Command{
+		Use:   "exclude (-f FILENAME | --scheduler-critical) --config NAME [--webhook NAME] [--dry-run=client|server] [-o yaml]",
+		Short: "Add exclusion rules to a webhook configuration, as CEL matchConditions",
+		Long: `Read exclusion rules in the form of KEP-3693 (excludeResourceRules: a list of
+apiGroups, apiVersions, operations, resources, scope, objectNames and
+namespaces; an empty list matches everything), check them, compile each
+into a matchCondition named drascope-exclude-..., and add them to the
+webhooks of the named configuration. Existing matchConditions are kept; a
+condition already there is not added twice; when a webhook would pass the
+apiserver's limit of 64, the new conditions are merged into one.
+
+Every expression is compiled with the apiserver's CEL environment for
+webhook match conditions, and its cost checked against the apiserver's
+budget, before anything is written. The configuration is patched at the
+resourceVersion it was read at, so a concurrent edit makes this fail rather
+than be overwritten. A rule that matches every request, and namespaces with
+scope Cluster, are refused.`,
+		Example: excludeExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dryRun, err := cmdutil.GetDryRunStrategy(cmd)
+			if err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), dryRun)
+		},
+	}
+	cmd.Flags().StringVarP(&o.filename, "filename", "f", "", "File with the exclusion rules (- for standard input).")
+	cmd.Flags().BoolVar(&o.schedulerCritical, "scheduler-critical", false, "Use the built-in rules for drascope-scheduler's own writes (manifests/examples/webhook-exclusions.yaml).")
+	cmd.Flags().StringVar(&o.config, "config", "", "Name of the ValidatingWebhookConfiguration or MutatingWebhookConfiguration.")
+	cmd.Flags().StringVar(&o.kind, "kind", "", "validating or mutating, when both kinds of configuration have that name.")
+	cmd.Flags().StringVar(&o.webhook, "webhook", "", "Only this webhook of the configuration (default: all of them).")
+	cmdutil.AddDryRunFlag(cmd)
+	o.printFlags.AddFlags(cmd)
+	return cmd
+}
+
+// rules reads and checks the rules; errors name the file and field.
+func (o *excludeOptions) rules() ([]webhooks.ExclusionRule, string, error) {
+	switch {
+	case o.schedulerCritical && o.filename != "":
+		return nil, "", fmt.Errorf("give either -f or --scheduler-critical, not both")
+	case o.schedulerCritical:
+		return webhooks.SchedulerCriticalRules(), "--scheduler-critical", nil
+	case o.filename == "":
+		return nil, "", fmt.Errorf("give the rules: -f FILENAME, or --scheduler-critical")
+	}
+	var data []byte
+	var err error
+	if o.filename == "-" {
+		data, err = io.ReadAll(o.streams.In)
+	} else {
+		data, err = os.ReadFile(o.filename)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	rules, err := webhooks.ParseRules(data)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", o.filename, err)
+	}
+	if errs := webhooks.ValidateRules(rules, field.NewPath("excludeResourceRules")); len(errs) > 0 {
+		return nil, "", fmt.Errorf("%s: %w", o.filename, errs.ToAggregate())
+	}
+	return rules, o.filename, nil
+}
+
+func (o *excludeOptions) run(ctx context.Context, dryRun cmdutil.DryRunStrategy) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if o.config == "" {
+		return fmt.Errorf("name the webhook configuration: --config NAME")
+	}
+	rules, source, err := o.rules()
+	if err != nil {
+		return err
+	}
+	_, client, err := clients(o.configFlags)
+	if err != nil {
+		return err
+	}
+	target, err := o.find(ctx, client)
+	if err != nil {
+		return err
+	}
+	conditions := webhooks.Compile(rules)
+	var changes []string
+	for i, name := range target.names() {
+		if o.webhook != "" && name != o.webhook {
+			continue
+		}
+		existing := target.conditions(i)
+		merged, err := webhooks.Merge(existing, conditions)
+		if err != nil {
+			return fmt.Errorf("%s, webhook %s: %w", target.describe(), name, err)
+		}
+		path := field.NewPath("webhooks").Index(i).Child("matchConditions")
+		if errs := webhooks.Check(merged, rules, path); len(errs) > 0 {
+			return fmt.Errorf("%s from %s: %w", target.describe(), source, errs.ToAggregate())
+		}
+		target.setConditions(i, merged)
+		changes = append(changes, fmt.Sprintf("webhook %s: %d match condition(s) added", name, len(merged)-len(existing)))
+	}
+	if len(changes) == 0 {
+		return fmt.Errorf("%s has no webhook named %q", target.describe(), o.webhook)
+	}
+
+	if dryRun != cmdutil.DryRunClient {
+		patch, err := json.Marshal(map[string]any{
+			// The resourceVersion read: a concurrent edit fails with a conflict.
+			"metadata": map[string]any{"resourceVersion": target.resourceVersion()},
+			"webhooks": target.webhooks(),
+		})
+		if err != nil {
+			return err
+		}
+		opts := metav1.PatchOptions{}
+		if dryRun == cmdutil.DryRunServer {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		if err := target.patch(ctx, client, patch, opts); err != nil {
+			if apierrors.IsConflict(err) {
+				return fmt.Errorf("%s changed while this ran; nothing was written, run it again: %w", target.describe(), err)
+			}
+			return fmt.Errorf("patching %s: %w", target.describe(), err)
+		}
+	}
+	if o.printFlags.OutputFormat != nil && *o.printFlags.OutputFormat != "" {
+		printer, err := o.printFlags.ToPrinter()
+		if err != nil {
+			return err
+		}
+		return printer.PrintObj(target.object(), o.streams.Out)
+	}
+	suffix := ""
+	switch dryRun {
+	case cmdutil.DryRunClient:
+		suffix = " (dry run)"
+	case cmdutil.DryRunServer:
+		suffix = " (server dry run)"
+	}
+	for _, change := range changes {
+		fmt.Fprintf(o.streams.Out, "%s: %s%s\n", target.describe(), change, suffix)
+	}
+	return nil
+}
+
+// configuration is a validating or a mutating webhook configuration.
+type configuration struct {
+	validating *admissionregistrationv1.ValidatingWebhookConfiguration
+	mutating   *admissionregistrationv1.MutatingWebhookConfiguration
+}
+
+func (o *excludeOptions) find(ctx context.Context, client kubernetes.Interface) (*configuration, error) {
+	var found []*configuration
+	if o.kind == "" || o.kind == "validating" {
+		v, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, o.config, metav1.GetOptions{})
+		if err == nil {
+			found = append(found, &configuration{validating: v})
+		} else if !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	if o.kind == "" || o.kind == "mutating" {
+		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, o.config, metav1.GetOptions{})
+		if err == nil {
+			found = append(found, &configuration{mutating: m})
+		} else if !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	switch {
+	case o.kind != "" && o.kind != "validating" && o.kind != "mutating":
+		return nil, fmt.Errorf("--kind must be validating or mutating, not %q", o.kind)
+	case len(found) == 0:
+		return nil, fmt.Errorf("no webhook configuration named %q", o.config)
+	case len(found) > 1:
+		return nil, fmt.Errorf("both a validating and a mutating webhook configuration are named %q: choose one with --kind", o.config)
+	}
+	return found[0], nil
+}
+
+func (c *configuration) object() runtime.Object {
+	if c.validating != nil {
+		c.validating.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration"))
+		return c.validating
+	}
+	c.mutating.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingWebhookConfiguration"))
+	return c.mutating
+}
+
+func (c *configuration) resourceVersion() string {
+	if c.validating != nil {
+		return c.validating.ResourceVersion
+	}
+	return c.mutating.ResourceVersion
+}
+
+func (c *configuration) describe() string {
+	if c.validating != nil {
+		return "validatingwebhookconfiguration/" + c.validating.Name
+	}
+	return "mutatingwebhookconfiguration/" + c.mutating.Name
+}
+
+func (c *configuration) names() []string {
+	var names []string
+	if c.validating != nil {
+		for _, w := range c.validating.Webhooks {
+			names = append(names, w.Name)
+		}
+	} else {
+		for _, w := range c.mutating.Webhooks {
+			names = append(names, w.Name)
+		}
+	}
+	return names
+}
+
+func (c *configuration) conditions(i int) []admissionregistrationv1.MatchCondition {
+	if c.validating != nil {
+		return c.validating.Webhooks[i].MatchConditions
+	}
+	return c.mutating.Webhooks[i].MatchConditions
+}
+
+func (c *configuration) setConditions(i int, conditions []admissionregistrationv1.MatchCondition) {
+	if c.validating != nil {
+		c.validating.Webhooks[i].MatchConditions = conditions
+	} else {
+		c.mutating.Webhooks[i].MatchConditions = conditions
+	}
+}
+
+func (c *configuration) webhooks() any {
+	if c.validating != nil {
+		return c.validating.Webhooks
+	}
+	return c.mutating.Webhooks
+}
+
+// patch sends a merge patch and keeps the server's answer.
+func (c *configuration) patch(ctx context.Context, client kubernetes.Interface, patch []byte, opts metav1.PatchOptions) error {
+	var err error
+	if c.validating != nil {
+		c.validating, err = client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, c.validating.Name, types.MergePatchType, patch, opts)
+	} else {
+		c.mutating, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, c.mutating.Name, types.MergePatchType, patch, opts)
+	}
+	return err
+}

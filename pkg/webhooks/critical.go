@@ -1,0 +1,80 @@
+package webhooks
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+)
+
+// The names drascope writes under; they are those of manifests/scheduler.
+const (
+	schedulerUser    = "system:serviceaccount:kube-system:drascope-scheduler"
+	leaseNamespace   = "kube-system"
+	schedulerLease   = "drascope-scheduler"
+	publisherLease   = "drascope-resourcepool-publisher"
+	resourcePoolsAPI = "drascope.dev"
+)
+
+// SchedulerCriticalRules exclude the writes drascope-scheduler makes for
+// every DRA pod it places, and its background writes, from a webhook:
+// pod bindings, claim status (allocation and reservation; with granular
+// status authorization the apiserver checks resourceclaims/binding, but
+// the request is still an update of resourceclaims/status), its two leader
+// election leases, events, and ResourcePool objects. manifests/examples/
+// webhook-exclusions.yaml is the same set, commented.
+func SchedulerCriticalRules() []ExclusionRule {
+	return []ExclusionRule{
+		{
+			APIGroups: []string{""}, APIVersions: []string{"v1"},
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Resources:  []string{"pods/binding"},
+		},
+		{
+			APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"},
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+			Resources:  []string{"resourceclaims/status"},
+		},
+		{
+			APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"},
+			Operations:  []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Resources:   []string{"leases"},
+			Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
+			Namespaces:  []string{leaseNamespace},
+			ObjectNames: []string{schedulerLease, publisherLease},
+		},
+		{
+			APIGroups: []string{"", "events.k8s.io"}, APIVersions: []string{"v1"},
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Resources:  []string{"events"},
+		},
+		{
+			APIGroups: []string{resourcePoolsAPI}, APIVersions: []string{"*"},
+			Resources: []string{"resourcepools", "resourcepools/status"},
+		},
+	}
+}
+
+// SchedulerWrites are examples of the requests drascope-scheduler makes,
+// for audit; namespaced ones are in namespace.
+func SchedulerWrites(namespace string) []Request {
+	core := func(resource string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Version: "v1", Resource: resource}
+	}
+	pools := schema.GroupVersionResource{Group: resourcePoolsAPI, Version: "v1alpha1", Resource: "resourcepools"}
+	leases := schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
+	writes := []Request{
+		{Resource: core("pods"), SubResource: "binding", Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "pod"},
+		{Resource: schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}, SubResource: "status",
+			Operation: admissionregistrationv1.Update, Namespace: namespace, Name: "claim"},
+		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: leaseNamespace, Name: schedulerLease},
+		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: leaseNamespace, Name: publisherLease},
+		{Resource: schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}, Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
+		{Resource: core("events"), Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
+		{Resource: pools, SubResource: "status", Operation: admissionregistrationv1.Update, Name: "resourcepool"},
+		{Resource: pools, Operation: admissionregistrationv1.Create, Name: "resourcepool"},
+	}
+	for i := range writes {
+		writes[i].User = schedulerUser
+	}
+	return writes
+}

@@ -1,0 +1,317 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/cert"
+	"k8s.io/utils/ptr"
+)
+
+// countingWebhook is an admission webhook server on loopback, with its own
+// CA, that allows everything and counts what it is sent.
+type countingWebhook struct {
+	url      string
+	caBundle []byte
+	mu       sync.Mutex
+	calls    map[string]int // "OPERATION resource[/subresource]"
+}
+
+func startCountingWebhook(t *testing.T) *countingWebhook {
+	t.Helper()
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &countingWebhook{url: "https://" + listener.Addr().String() + "/validate", caBundle: certPEM, calls: map[string]int{}}
+	server := &http.Server{Handler: w, TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}}, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = server.ServeTLS(listener, "", "") }()
+	t.Cleanup(func() { _ = server.Close() })
+	return w
+}
+
+func (w *countingWebhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(req.Body).Decode(&review); err != nil || review.Request == nil {
+		http.Error(rw, "want an AdmissionReview", http.StatusBadRequest)
+		return
+	}
+	key := string(review.Request.Operation) + " " + review.Request.Resource.Resource
+	if review.Request.SubResource != "" {
+		key += "/" + review.Request.SubResource
+	}
+	w.mu.Lock()
+	w.calls[key]++
+	w.mu.Unlock()
+	review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+	review.Request = nil
+	_ = json.NewEncoder(rw).Encode(&review)
+}
+
+func (w *countingWebhook) count(key string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.calls[key]
+}
+
+// take returns the calls counted so far and starts counting again.
+func (w *countingWebhook) take() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	calls := w.calls
+	w.calls = map[string]int{}
+	return calls
+}
+
+func total(calls map[string]int) int {
+	n := 0
+	for _, c := range calls {
+		n += c
+	}
+	return n
+}
+
+func describeCalls(calls map[string]int) string {
+	var parts []string
+	for k, n := range calls {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// addCountingWebhookConfig registers w for pods, pods/binding and
+// resourceclaims/status in the scenario's namespace only (other tests share
+// the apiserver), with failurePolicy Fail, and removes it when the test ends.
+func (s *scenario) addCountingWebhookConfig(w *countingWebhook, name string) {
+	s.t.Helper()
+	config := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "count.drascope.test",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &w.url, CABundle: w.caBundle},
+			AdmissionReviewVersions: []string{"v1"},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			TimeoutSeconds:          ptr.To[int32](5),
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": s.namespace}},
+			Rules: []admissionregistrationv1.RuleWithOperations{
+				{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/binding"}},
+				},
+				{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"resourceclaims/status"}},
+				},
+			},
+		}},
+	}
+	if _, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(s.ctx, config, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating ValidatingWebhookConfiguration %s: %v", name, err)
+	}
+	s.t.Cleanup(func() {
+		_ = env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+// probeBinding creates a pod no scheduler takes and binds it to node by
+// hand, and says whether the webhook saw the binding: the apiserver loads
+// webhook configurations asynchronously, and this is how a test knows which
+// version it uses.
+func (s *scenario) probeBinding(w *countingWebhook, node string) bool {
+	s.t.Helper()
+	name := fmt.Sprintf("probe-%d", time.Now().UnixNano())
+	before := w.count("CREATE pods/binding")
+	s.addPlainPod(name)
+	binding := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name}, Target: v1.ObjectReference{Kind: "Node", Name: node}}
+	if err := env.client.CoreV1().Pods(s.namespace).Bind(s.ctx, binding, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("binding probe pod: %v", err)
+	}
+	return w.count("CREATE pods/binding") > before
+}
+
+// addPlainPod creates a pod without claims that no scheduler takes.
+func (s *scenario) addPlainPod(name string) {
+	s.t.Helper()
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1.PodSpec{SchedulerName: "nobody", Containers: []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	if _, err := env.client.CoreV1().Pods(s.namespace).Create(s.ctx, pod, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating pod %s/%s: %v", s.namespace, name, err)
+	}
+}
+
+// waitForWebhookConfig probes until a binding reaches the webhook (want
+// true) or no longer does (want false).
+func (s *scenario) waitForWebhookConfig(w *countingWebhook, node string, want bool) {
+	s.t.Helper()
+	err := wait.PollUntilContextTimeout(s.ctx, 200*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		return s.probeBinding(w, node) == want, nil
+	})
+	if err != nil {
+		s.t.Fatalf("the apiserver did not load the webhook configuration (bindings reach the webhook: want %v)", want)
+	}
+}
+
+// kubectlDRABinary runs bin/kubectl-dra as the admin and returns its exit
+// code and output: the exit code is the contract for CI use.
+func kubectlDRABinary(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	path, err := binPath(env.cp.binDir, "kubectl-dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := env.cp.kubeconfig("admin", adminToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(path, append([]string{"--kubeconfig=" + kubeconfig}, args...)...).CombinedOutput()
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &exitErr):
+		return exitErr.ExitCode(), string(out)
+	}
+	t.Fatalf("running kubectl-dra: %v", err)
+	return 0, ""
+}
+
+// KEP-3693 through matchConditions: a webhook with failurePolicy Fail in the
+// scheduler's write path is found by audit (exit code 1) and, after
+// exclude --scheduler-critical, no longer sees the binding or the claim
+// status of a DRA pod, while an ordinary pod's creation still reaches it.
+func TestWebhookExclusion(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 4)
+	s.addClaimTemplate("gpu", false)
+	hook := startCountingWebhook(t)
+	config := s.namespace + "-policy"
+	s.addCountingWebhookConfig(hook, config)
+	s.waitForWebhookConfig(hook, node, true)
+	hook.take()
+
+	s.addPod("before", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("before")
+	before := hook.take()
+	if before["CREATE pods/binding"] != 1 || before["UPDATE resourceclaims/status"] < 1 {
+		t.Fatalf("scheduling a DRA pod sent the webhook %s; want its binding and its claim status", describeCalls(before))
+	}
+
+	out, _, err := kubectlDRA(t, "webhooks", "audit", "-n", s.namespace)
+	t.Logf("kubectl dra webhooks audit -n %s (before):\n%s", s.namespace, out)
+	if err == nil || !strings.Contains(err.Error(), "1 webhook(s) with failurePolicy Fail") {
+		t.Errorf("audit before exclusion: error %v, want one blocking webhook", err)
+	}
+	if findLine(out, "Validating", config, "count.drascope.test*", "Fail", "5s", "CREATE", "pods/binding,", "UPDATE", "resourceclaims/status.resource.k8s.io", "<none>") == nil {
+		t.Errorf("audit does not list the webhook with the writes that reach it:\n%s", out)
+	}
+	if code, out := kubectlDRABinary(t, "webhooks", "audit", "-n", s.namespace); code != 1 {
+		t.Errorf("bin/kubectl-dra webhooks audit exit code %d, want 1:\n%s", code, out)
+	}
+
+	out, _, err = kubectlDRA(t, "webhooks", "exclude", "--scheduler-critical", "--config", config)
+	if err != nil {
+		t.Fatalf("exclude: %v", err)
+	}
+	if want := "validatingwebhookconfiguration/" + config + ": webhook count.drascope.test: 5 match condition(s) added"; !strings.Contains(out, want) {
+		t.Errorf("exclude printed %q, want %q", out, want)
+	}
+	s.waitForWebhookConfig(hook, node, false)
+	hook.take()
+
+	s.addPod("after", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("after")
+	s.addPlainPod("ordinary")
+	after := hook.take()
+	if after["CREATE pods/binding"] != 0 || after["UPDATE resourceclaims/status"] != 0 {
+		t.Errorf("after exclusion, scheduling a DRA pod still sent the webhook %s", describeCalls(after))
+	}
+	if after["CREATE pods"] != 2 {
+		t.Errorf("after exclusion, creating two pods sent the webhook %s; want 2 CREATE pods", describeCalls(after))
+	}
+	t.Logf("webhook calls caused by one DRA pod: before exclusion %d (%s), after %d (%s)",
+		total(before), describeCalls(before), total(after)-1, describeCalls(after))
+
+	out, _, err = kubectlDRA(t, "webhooks", "audit", "-n", s.namespace)
+	t.Logf("kubectl dra webhooks audit -n %s (after):\n%s", s.namespace, out)
+	if err != nil {
+		t.Errorf("audit after exclusion: %v", err)
+	}
+	if line := findLine(out, "Validating", config, "count.drascope.test*", "Fail", "5s", "<none>", "CREATE", "pods/binding"); line == nil ||
+		!strings.Contains(strings.Join(line, " "), "(drascope-exclude-pods-binding-create-") ||
+		!strings.Contains(strings.Join(line, " "), "UPDATE resourceclaims/status.resource.k8s.io (drascope-exclude-resourceclaims-status-update-") {
+		t.Errorf("audit does not show the writes excluded:\n%s", out)
+	}
+	if code, out := kubectlDRABinary(t, "webhooks", "audit", "-n", s.namespace); code != 0 {
+		t.Errorf("bin/kubectl-dra webhooks audit exit code %d after exclusion, want 0:\n%s", code, out)
+	}
+}
+
+// Rules that would switch a webhook off, or make no sense, or that the
+// apiserver's CEL environment would not compile, are refused with the field
+// path, and nothing is written.
+func TestWebhookExclusionRefusals(t *testing.T) {
+	s := newScenario(t, nil)
+	hook := startCountingWebhook(t)
+	config := s.namespace + "-policy"
+	s.addCountingWebhookConfig(hook, config)
+
+	var huge strings.Builder
+	huge.WriteString("excludeResourceRules:\n- resources: [configmaps]\n  objectNames:\n")
+	for i := range 60000 {
+		fmt.Fprintf(&huge, "  - %s-%05d\n", strings.Repeat("n", 50), i)
+	}
+	for name, tc := range map[string]struct{ rules, want string }{
+		"everything":          {rules: "excludeResourceRules:\n- {}\n", want: `excludeResourceRules[0]: Invalid value: "every request": an exclusion that matches every request`},
+		"namespaces, Cluster": {rules: "excludeResourceRules:\n- resources: [nodes]\n  scope: Cluster\n  namespaces: [kube-system]\n", want: "excludeResourceRules[0].namespaces: Forbidden"},
+		"would not compile":   {rules: huge.String(), want: "webhooks[0].matchConditions[0].expression: Invalid value"},
+		"misspelt field":      {rules: "excludeResourceRules:\n- resource: [pods]\n", want: `unknown field "resource"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "rules.yaml")
+			if err := os.WriteFile(file, []byte(tc.rules), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := kubectlDRA(t, "webhooks", "exclude", "-f", file, "--config", config)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %.400v, want one containing %q", err, tc.want)
+			}
+			got, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(s.ctx, config, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(got.Webhooks[0].MatchConditions); n != 0 {
+				t.Errorf("a refused exclusion wrote %d match conditions", n)
+			}
+		})
+	}
+}
