@@ -212,7 +212,7 @@ func Check(conditions []admissionregistrationv1.MatchCondition, rules []Exclusio
 	for i, c := range conditions {
 		result := exprs.CompileCELExpression(&matchconditions.MatchCondition{Name: c.Name, Expression: c.Expression}, matchConditionVars, environment.NewExpressions)
 		if result.Error != nil {
-			errs = append(errs, field.Invalid(path.Index(i).Child("expression"), c.Expression, result.Error.Error()))
+			errs = append(errs, field.Invalid(path.Index(i).Child("expression"), shorten(c.Expression), result.Error.Error()))
 		}
 	}
 	if len(errs) > 0 {
@@ -228,4 +228,13 @@ func Check(conditions []admissionregistrationv1.MatchCondition, rules []Exclusio
 		}
 	}
 	return errs
+}
+
+// shorten keeps an error about a long expression readable.
+func shorten(expression string) string {
+	const max = 200
+	if len(expression) <= max {
+		return expression
+	}
+	return expression[:max] + fmt.Sprintf("... (%d bytes)", len(expression))
 }
