@@ -163,9 +163,12 @@ func (c *Cache) DeviceHealth(pool drausage.PoolID, device string) drausage.Devic
 // returns how many it added. This is on the scheduling path: one map
 // insert per Unhealthy device, nothing else.
 func (c *Cache) InsertUnhealthy(set sets.Set[structured.DeviceID]) int {
-	now := c.opts.Clock.Now()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	if len(c.unhealthy) == 0 {
+		return 0
+	}
+	now := c.opts.Clock.Now()
 	n := 0
 	for _, e := range c.unhealthy {
 		if !c.expired(e, now) {

@@ -54,15 +54,19 @@ type webhookView struct {
 
 func listWebhooks(ctx context.Context, client kubernetes.Interface) ([]webhookView, error) {
 	var views []webhookView
+	add := func(kind, configuration, name string, rules []admissionregistrationv1.RuleWithOperations, conditions []admissionregistrationv1.MatchCondition,
+		policy *admissionregistrationv1.FailurePolicyType, timeout *int32, namespaceSelector, objectSelector *metav1.LabelSelector) {
+		views = append(views, webhookView{kind: kind, configuration: configuration, name: name,
+			Webhook:        webhooks.Webhook{Rules: rules, MatchConditions: conditions, FailurePolicy: policy},
+			timeoutSeconds: timeout, selectors: hasSelector(namespaceSelector) || hasSelector(objectSelector)})
+	}
 	validating, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing ValidatingWebhookConfigurations: %w", err)
 	}
 	for _, c := range validating.Items {
 		for _, w := range c.Webhooks {
-			views = append(views, webhookView{kind: "Validating", configuration: c.Name, name: w.Name,
-				Webhook:        webhooks.Webhook{Rules: w.Rules, MatchConditions: w.MatchConditions, FailurePolicy: w.FailurePolicy},
-				timeoutSeconds: w.TimeoutSeconds, selectors: hasSelector(w.NamespaceSelector) || hasSelector(w.ObjectSelector)})
+			add("Validating", c.Name, w.Name, w.Rules, w.MatchConditions, w.FailurePolicy, w.TimeoutSeconds, w.NamespaceSelector, w.ObjectSelector)
 		}
 	}
 	mutating, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
@@ -71,9 +75,7 @@ func listWebhooks(ctx context.Context, client kubernetes.Interface) ([]webhookVi
 	}
 	for _, c := range mutating.Items {
 		for _, w := range c.Webhooks {
-			views = append(views, webhookView{kind: "Mutating", configuration: c.Name, name: w.Name,
-				Webhook:        webhooks.Webhook{Rules: w.Rules, MatchConditions: w.MatchConditions, FailurePolicy: w.FailurePolicy},
-				timeoutSeconds: w.TimeoutSeconds, selectors: hasSelector(w.NamespaceSelector) || hasSelector(w.ObjectSelector)})
+			add("Mutating", c.Name, w.Name, w.Rules, w.MatchConditions, w.FailurePolicy, w.TimeoutSeconds, w.NamespaceSelector, w.ObjectSelector)
 		}
 	}
 	return views, nil

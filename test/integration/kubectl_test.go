@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -14,7 +15,18 @@ import (
 // kubectl runs bin/kubectl as the cluster admin and returns its output.
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	path, err := binPath(env.cp.binDir, "kubectl")
+	code, out := runAsAdmin(t, "kubectl", args...)
+	if code != 0 {
+		t.Fatalf("kubectl %s: exit code %d\n%s", strings.Join(args, " "), code, out)
+	}
+	return out
+}
+
+// runAsAdmin runs a binary of bin/ with the cluster admin's kubeconfig and
+// returns its exit code and output.
+func runAsAdmin(t *testing.T, binary string, args ...string) (int, string) {
+	t.Helper()
+	path, err := binPath(env.cp.binDir, binary)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,10 +35,15 @@ func kubectl(t *testing.T, args ...string) string {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(path, append([]string{"--kubeconfig=" + kubeconfig}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &exitErr):
+		return exitErr.ExitCode(), string(out)
 	}
-	return string(out)
+	t.Fatalf("running %s: %v", binary, err)
+	return 0, ""
 }
 
 // kubectl get shows the CRD's printer columns, and its selectable fields

@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -181,30 +179,6 @@ func (s *scenario) waitForWebhookConfig(w *countingWebhook, node string, want bo
 	}
 }
 
-// kubectlDRABinary runs bin/kubectl-dra as the admin and returns its exit
-// code and output: the exit code is the contract for CI use.
-func kubectlDRABinary(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	path, err := binPath(env.cp.binDir, "kubectl-dra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := env.cp.kubeconfig("admin", adminToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(path, append([]string{"--kubeconfig=" + kubeconfig}, args...)...).CombinedOutput()
-	var exitErr *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, string(out)
-	case errors.As(err, &exitErr):
-		return exitErr.ExitCode(), string(out)
-	}
-	t.Fatalf("running kubectl-dra: %v", err)
-	return 0, ""
-}
-
 // KEP-3693 through matchConditions: a webhook with failurePolicy Fail in the
 // scheduler's write path is found by audit (exit code 1) and, after
 // exclude --scheduler-critical, no longer sees the binding or the claim
@@ -234,7 +208,7 @@ func TestWebhookExclusion(t *testing.T) {
 	if findLine(out, "Validating", config, "count.drascope.test*", "Fail", "5s", "CREATE", "pods/binding,", "UPDATE", "resourceclaims/status.resource.k8s.io", "<none>") == nil {
 		t.Errorf("audit does not list the webhook with the writes that reach it:\n%s", out)
 	}
-	if code, out := kubectlDRABinary(t, "webhooks", "audit", "-n", s.namespace); code != 1 {
+	if code, out := runAsAdmin(t, "kubectl-dra", "webhooks", "audit", "-n", s.namespace); code != 1 {
 		t.Errorf("bin/kubectl-dra webhooks audit exit code %d, want 1:\n%s", code, out)
 	}
 
@@ -283,7 +257,7 @@ func TestWebhookExclusion(t *testing.T) {
 		!strings.Contains(strings.Join(line, " "), "UPDATE resourceclaims/status.resource.k8s.io (drascope-exclude-resourceclaims-status-update-") {
 		t.Errorf("audit does not show the writes excluded:\n%s", out)
 	}
-	if code, out := kubectlDRABinary(t, "webhooks", "audit", "-n", s.namespace); code != 0 {
+	if code, out := runAsAdmin(t, "kubectl-dra", "webhooks", "audit", "-n", s.namespace); code != 0 {
 		t.Errorf("bin/kubectl-dra webhooks audit exit code %d after exclusion, want 0:\n%s", code, out)
 	}
 }
