@@ -306,14 +306,17 @@ func (o *excludeOptions) run(ctx context.Context, dryRun cmdutil.DryRunStrategy)
 			return fmt.Errorf("%s, webhook %s: %w", target.describe(), name, err)
 		}
 		path := field.NewPath("webhooks").Index(i).Child("matchConditions")
-		if errs := webhooks.Check(merged, rules, path); len(errs) > 0 {
+		if errs := webhooks.Check(merged[len(existing):], rules, path, len(existing)); len(errs) > 0 {
 			return fmt.Errorf("%s from %s: %w", target.describe(), source, errs.ToAggregate())
 		}
 		target.setConditions(i, merged)
 		changes = append(changes, fmt.Sprintf("webhook %s: %d match condition(s) added", name, len(merged)-len(existing)))
 	}
-	if len(changes) == 0 {
+	if len(changes) == 0 && o.webhook != "" {
 		return fmt.Errorf("%s has no webhook named %q", target.describe(), o.webhook)
+	}
+	if len(changes) == 0 {
+		return fmt.Errorf("%s has no webhooks", target.describe())
 	}
 
 	if dryRun != cmdutil.DryRunClient {

@@ -201,18 +201,21 @@ func compilers() (plugincel.ConditionCompiler, plugincel.Compiler) {
 // matchConditionVars are the variables a webhook match condition may use.
 var matchConditionVars = plugincel.OptionalVariableDeclarations{HasParams: false, HasAuthorizer: true}
 
-// Check compiles every condition as the apiserver does when a webhook
-// configuration is written (new expressions), and evaluates them together
-// on requests that each match one of rules, so that every term is
+// Check compiles the conditions being added as the apiserver does when a
+// webhook configuration is written (new expressions), and evaluates them
+// together on requests that each match one of rules, so that every term is
 // evaluated, checking that the cost stays within the apiserver's budget for
-// a webhook's match conditions. Errors carry field paths under path.
-func Check(conditions []admissionregistrationv1.MatchCondition, rules []ExclusionRule, path *field.Path) field.ErrorList {
+// a webhook's match conditions. The webhook's existing conditions are left
+// out: the apiserver accepted them, and they may read what an example
+// request lacks (the object). Errors carry field paths under path, the
+// added conditions starting at index first.
+func Check(conditions []admissionregistrationv1.MatchCondition, rules []ExclusionRule, path *field.Path, first int) field.ErrorList {
 	var errs field.ErrorList
 	_, exprs := compilers()
 	for i, c := range conditions {
 		result := exprs.CompileCELExpression(&matchconditions.MatchCondition{Name: c.Name, Expression: c.Expression}, matchConditionVars, environment.NewExpressions)
 		if result.Error != nil {
-			errs = append(errs, field.Invalid(path.Index(i).Child("expression"), shorten(c.Expression), result.Error.Error()))
+			errs = append(errs, field.Invalid(path.Index(first+i).Child("expression"), shorten(c.Expression), result.Error.Error()))
 		}
 	}
 	if len(errs) > 0 {

@@ -104,7 +104,7 @@ func TestExpressionAgreesWithTheApiserversRuleMatcher(t *testing.T) {
 			asWebhookRule.Resources = []string{"*/*"}
 		}
 		conditions := Compile([]ExclusionRule{rule})
-		if errs := Check(conditions, []ExclusionRule{rule}, field.NewPath("matchConditions")); len(errs) > 0 {
+		if errs := Check(conditions, []ExclusionRule{rule}, field.NewPath("matchConditions"), 0); len(errs) > 0 {
 			t.Fatalf("rule %d: %v", i, errs)
 		}
 		// A webhook for everything, with the exclusion as its condition.
@@ -189,7 +189,7 @@ func TestMergeStaysWithinTheLimit(t *testing.T) {
 	if len(merged) != 63 || !strings.HasPrefix(merged[62].Name, ConditionPrefix+"merged-5-rules-") {
 		t.Fatalf("%d conditions, last %q; want 63, the 5 rules merged into one", len(merged), merged[62].Name)
 	}
-	if errs := Check(merged[62:], SchedulerCriticalRules(), field.NewPath("matchConditions")); len(errs) > 0 {
+	if errs := Check(merged[62:], SchedulerCriticalRules(), field.NewPath("matchConditions"), 62); len(errs) > 0 {
 		t.Errorf("the merged condition: %v", errs)
 	}
 	full := append(existing, admissionregistrationv1.MatchCondition{Name: "x", Expression: "true"}, admissionregistrationv1.MatchCondition{Name: "y", Expression: "true"})
@@ -201,11 +201,11 @@ func TestMergeStaysWithinTheLimit(t *testing.T) {
 func TestCheckRefusesWhatTheApiserverWould(t *testing.T) {
 	path := field.NewPath("webhooks").Index(0).Child("matchConditions")
 	bad := []admissionregistrationv1.MatchCondition{{Name: "broken", Expression: `request.resource.group ==`}}
-	if errs := Check(bad, nil, path); len(errs) != 1 || !strings.Contains(errs[0].Error(), "webhooks[0].matchConditions[0].expression: Invalid value") || !strings.Contains(errs[0].Error(), "compilation failed") {
+	if errs := Check(bad, nil, path, 0); len(errs) != 1 || !strings.Contains(errs[0].Error(), "webhooks[0].matchConditions[0].expression: Invalid value") || !strings.Contains(errs[0].Error(), "compilation failed") {
 		t.Errorf("errors %v, want one compilation error with its path", errs)
 	}
 	notBool := []admissionregistrationv1.MatchCondition{{Name: "string", Expression: `request.name`}}
-	if errs := Check(notBool, nil, path); len(errs) != 1 || !strings.Contains(errs[0].Error(), "must evaluate to bool") {
+	if errs := Check(notBool, nil, path, 0); len(errs) != 1 || !strings.Contains(errs[0].Error(), "must evaluate to bool") {
 		t.Errorf("errors %v, want a type error", errs)
 	}
 	// A rule whose expression is longer than the apiserver parses (100,000
@@ -214,7 +214,7 @@ func TestCheckRefusesWhatTheApiserverWould(t *testing.T) {
 	for i := range 2000 {
 		huge.ObjectNames = append(huge.ObjectNames, fmt.Sprintf("%s-%05d", strings.Repeat("n", 50), i))
 	}
-	if errs := Check(Compile([]ExclusionRule{huge}), []ExclusionRule{huge}, path); len(errs) != 1 || !strings.Contains(errs[0].Error(), "expression code point size exceeds limit") || len(errs[0].Error()) > 1000 {
+	if errs := Check(Compile([]ExclusionRule{huge}), []ExclusionRule{huge}, path, 0); len(errs) != 1 || !strings.Contains(errs[0].Error(), "expression code point size exceeds limit") || len(errs[0].Error()) > 1000 {
 		t.Errorf("a 120 kB expression: %.300v, want it refused for its size, in a short message", errs)
 	}
 }

@@ -107,7 +107,7 @@ func describeCalls(calls map[string]int) string {
 // addCountingWebhookConfig registers w for pods, pods/binding and
 // resourceclaims/status in the scenario's namespace only (other tests share
 // the apiserver), with failurePolicy Fail, and removes it when the test ends.
-func (s *scenario) addCountingWebhookConfig(w *countingWebhook, name string) {
+func (s *scenario) addCountingWebhookConfig(w *countingWebhook, name string, conditions ...admissionregistrationv1.MatchCondition) {
 	s.t.Helper()
 	config := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -119,6 +119,7 @@ func (s *scenario) addCountingWebhookConfig(w *countingWebhook, name string) {
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			TimeoutSeconds:          ptr.To[int32](5),
 			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": s.namespace}},
+			MatchConditions:         conditions,
 			Rules: []admissionregistrationv1.RuleWithOperations{
 				{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
@@ -299,5 +300,44 @@ func TestWebhookExclusionRefusals(t *testing.T) {
 				t.Errorf("a refused exclusion wrote %d match conditions", n)
 			}
 		})
+	}
+}
+
+// The webhook's own match conditions are kept and still apply, including
+// one that reads the object, which exclude cannot evaluate and must not
+// refuse for that.
+func TestWebhookExclusionKeepsExistingConditions(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 1)
+	hook := startCountingWebhook(t)
+	config := s.namespace + "-policy"
+	skip := admissionregistrationv1.MatchCondition{
+		Name:       "skip-labelled",
+		Expression: `!has(object.metadata.labels) || !("policy.example.com/skip" in object.metadata.labels)`,
+	}
+	s.addCountingWebhookConfig(hook, config, skip)
+	if _, _, err := kubectlDRA(t, "webhooks", "exclude", "--scheduler-critical", "--config", config); err != nil {
+		t.Fatalf("exclude: %v", err)
+	}
+	got, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(s.ctx, config, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conditions := got.Webhooks[0].MatchConditions; len(conditions) != 6 || conditions[0] != skip {
+		t.Fatalf("match conditions %+v; want %s kept first, then 5 of drascope's", conditions, skip.Name)
+	}
+	s.waitForWebhookConfig(hook, node, false)
+	hook.take()
+
+	s.addPlainPod("checked")
+	skipped := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "skipped", Labels: map[string]string{"policy.example.com/skip": "true"}},
+		Spec:       v1.PodSpec{SchedulerName: "nobody", Containers: []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	if _, err := env.client.CoreV1().Pods(s.namespace).Create(s.ctx, skipped, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if calls := hook.take(); calls["CREATE pods"] != 1 {
+		t.Errorf("creating a plain and a labelled pod sent the webhook %s; want the plain one only", describeCalls(calls))
 	}
 }

@@ -135,9 +135,7 @@ func (s *schedulerState) healthChanged(logger klog.Logger, devices []health.Devi
 			recovered = true
 		}
 	}
-	if s.pools != nil {
-		s.pools.Invalidate(pools...)
-	}
+	s.pools.Invalidate(pools...)
 	if recovered {
 		s.waiting.activate(logger)
 	}
