@@ -11,6 +11,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drascope/drascope/pkg/localcluster"
 )
 
 // shippedConfigWith returns manifests/scheduler/config.yaml with each old
@@ -97,14 +99,14 @@ func TestSchedulerBinaryAdminAccessGateOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := freePort()
+	port, err := localcluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := startSchedulerBinary("drascope-scheduler-gate-off",
 		"--config="+config,
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(env.cp.dir, "gate-off-certs"),
+		"--cert-dir="+filepath.Join(env.cp.Dir, "gate-off-certs"),
 		"--authentication-kubeconfig="+env.schedulerKubeconfig,
 		"--authorization-kubeconfig="+env.schedulerKubeconfig,
 		"--emulated-version=1.35", "--feature-gates=DRAAdminAccess=false",

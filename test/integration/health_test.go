@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/localcluster"
 )
 
 // reportHealth writes device health into the pod's status as kubelet does
@@ -219,14 +220,14 @@ func startHealthScheduler(t *testing.T, name, deviceHealth string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := freePort()
+	port, err := localcluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := startSchedulerBinary(name,
 		"--config="+config, "--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(env.cp.dir, name+"-certs"),
+		"--cert-dir="+filepath.Join(env.cp.Dir, name+"-certs"),
 		"--authentication-kubeconfig="+env.schedulerKubeconfig,
 		"--authorization-kubeconfig="+env.schedulerKubeconfig,
 	)
@@ -239,7 +240,7 @@ func startHealthScheduler(t *testing.T, name, deviceHealth string) int {
 			t.Logf("%s output (last lines):\n%s", name, tail(b.output(), 60))
 		}
 	})
-	if err := waitForURL(context.Background(), "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", insecureClient(), name, b.logPath); err != nil {
+	if err := localcluster.WaitForURL(context.Background(), "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", insecureClient(), name, b.logPath); err != nil {
 		t.Fatal(err)
 	}
 	return port

@@ -27,7 +27,7 @@ import (
 // another user with --as) and returns stdout and stderr.
 func kubectlDRA(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	kubeconfig, err := env.cp.kubeconfig("admin", adminToken)
+	kubeconfig, err := env.cp.Kubeconfig("admin", adminToken)
 	if err != nil {
 		t.Fatal(err)
 	}

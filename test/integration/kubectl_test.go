@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/drascope/drascope/pkg/localcluster"
 )
 
 // kubectl runs bin/kubectl as the cluster admin and returns its output.
@@ -26,11 +28,11 @@ func kubectl(t *testing.T, args ...string) string {
 // returns its exit code and output.
 func runAsAdmin(t *testing.T, binary string, args ...string) (int, string) {
 	t.Helper()
-	path, err := binPath(env.cp.binDir, binary)
+	path, err := localcluster.BinPath(env.cp.BinDir, binary)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := env.cp.kubeconfig("admin", adminToken)
+	kubeconfig, err := env.cp.Kubeconfig("admin", adminToken)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func run(m *testing.M) int {
 		env.stopScheduler()
 	}
 	if code != 0 {
-		fmt.Fprintf(os.Stderr, "logs: %s (set DRASCOPE_KEEP_TEST_DATA=1 to keep them)\n", env.cp.dir)
+		fmt.Fprintf(os.Stderr, "logs: %s (set DRASCOPE_KEEP_TEST_DATA=1 to keep them)\n", env.cp.Dir)
 	}
 	return code
 }
@@ -102,11 +102,11 @@ func setUp(ctx context.Context) error {
 		return err
 	}
 	env.cp = cp
-	env.client, err = kubernetes.NewForConfig(cp.admin)
+	env.client, err = kubernetes.NewForConfig(cp.Admin)
 	if err != nil {
 		return err
 	}
-	env.schedulerLog = filepath.Join(cp.dir, "drascope-scheduler.log")
+	env.schedulerLog = filepath.Join(cp.Dir, "drascope-scheduler.log")
 	if err := redirectKlog(env.schedulerLog); err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func setUp(ctx context.Context) error {
 		filepath.Join(manifestsDir, "serviceaccount.yaml"),
 		filepath.Join(manifestsDir, "rbac.yaml"),
 	} {
-		if err := applyManifest(ctx, env.client, file); err != nil {
+		if err := env.cp.ApplyFile(ctx, file); err != nil {
 			return err
 		}
 	}
@@ -126,7 +126,7 @@ func setUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", schedulerNamespace, schedulerName, err)
 	}
-	env.schedulerKubeconfig, err = cp.kubeconfig(schedulerName, token.Status.Token)
+	env.schedulerKubeconfig, err = cp.Kubeconfig(schedulerName, token.Status.Token)
 	if err != nil {
 		return err
 	}

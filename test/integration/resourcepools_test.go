@@ -36,7 +36,7 @@ import (
 
 func resourcePools(t *testing.T) dynamic.ResourceInterface {
 	t.Helper()
-	client, err := dynamic.NewForConfig(env.cp.admin)
+	client, err := dynamic.NewForConfig(env.cp.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +511,7 @@ const crdMissingWarning = "the ResourcePool CRD (resourcepools.drascope.dev) is 
 
 // Without the CRD the scheduler says so once, clearly, and keeps scheduling.
 func TestSchedulingWithoutTheResourcePoolCRD(t *testing.T) {
-	crds, err := apiextensionsclient.NewForConfig(env.cp.admin)
+	crds, err := apiextensionsclient.NewForConfig(env.cp.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +534,7 @@ func TestSchedulingWithoutTheResourcePoolCRD(t *testing.T) {
 	crdBack := false
 	reinstall := func() {
 		restartScheduler(t, func() {
-			if err := applyManifest(context.Background(), env.client, filepath.Join(crdsDir, "resourcepools.drascope.dev.yaml")); err != nil {
+			if err := env.cp.ApplyFile(context.Background(), filepath.Join(crdsDir, "resourcepools.drascope.dev.yaml")); err != nil {
 				t.Fatalf("reinstalling the CRD: %v", err)
 			}
 		})
@@ -623,7 +623,7 @@ func TestPublisherServesASecondTerm(t *testing.T) {
 		}
 		return sl
 	}
-	client, err := dynamic.NewForConfig(env.cp.admin)
+	client, err := dynamic.NewForConfig(env.cp.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}

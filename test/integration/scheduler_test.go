@@ -17,6 +17,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
+	"github.com/drascope/drascope/pkg/localcluster"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
 )
 
@@ -27,7 +28,7 @@ import (
 // the test binary. Leader election with the shipped lease and RBAC is covered
 // by TestSchedulerBinary, which runs bin/drascope-scheduler.
 func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
-	port, err := freePort()
+	port, err := localcluster.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +43,7 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
-		"--cert-dir=" + filepath.Join(env.cp.dir, "scheduler-certs"),
+		"--cert-dir=" + filepath.Join(env.cp.Dir, "scheduler-certs"),
 		// Delegated authentication and authorization of /metrics, as the
 		// ServiceAccount: exercises the tokenreviews, subjectaccessreviews and
 		// extension-apiserver-authentication rules of the shipped RBAC.
@@ -70,7 +71,7 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 
 	client := insecureClient()
 	healthz := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
-	if err := waitForURL(ctx, healthz, client, "drascope-scheduler", env.schedulerLog); err != nil {
+	if err := localcluster.WaitForURL(ctx, healthz, client, "drascope-scheduler", env.schedulerLog); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -102,11 +103,11 @@ type schedulerBinary struct {
 }
 
 func startSchedulerBinary(name string, args ...string) (*schedulerBinary, error) {
-	path, err := binPath(env.cp.binDir, "drascope-scheduler")
+	path, err := localcluster.BinPath(env.cp.BinDir, "drascope-scheduler")
 	if err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(env.cp.dir, name+".log")
+	logPath := filepath.Join(env.cp.Dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,375 @@
+// Package localcluster runs a Kubernetes control plane on loopback from the
+// binaries the Makefile builds into bin/: etcd, kube-apiserver and, when
+// asked, kube-controller-manager, each a supervised child process with its
+// output in a log file. The integration tests and drascope-sandbox use it.
+package localcluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Options configure a control plane.
+type Options struct {
+	// BinDir holds etcd, kube-apiserver and kube-controller-manager.
+	BinDir string
+	// Dir is where data and logs go; a new temporary directory when empty.
+	Dir string
+	// APIServerPort is the apiserver's secure port; a free one when 0.
+	APIServerPort int
+	// AdminToken authenticates as a member of system:masters.
+	AdminToken string
+}
+
+// ControlPlane is a running etcd and kube-apiserver, and whatever else was
+// started through it.
+type ControlPlane struct {
+	Dir     string
+	BinDir  string
+	Host    string
+	CAFile  string
+	EtcdURL string
+	// Admin authenticates with Options.AdminToken.
+	Admin      *rest.Config
+	adminToken string
+	saKeyFile  string
+
+	mu        sync.Mutex
+	processes []*Process
+}
+
+// Process is a running binary; Done closes when it exits, and Err then says
+// how.
+type Process struct {
+	Name string
+	Log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Done closes when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is how the process exited, once Done is closed.
+func (p *Process) Err() error { return p.err }
+
+// BinPath finds a binary the Makefile builds.
+func BinPath(binDir, name string) (string, error) {
+	path := filepath.Join(binDir, name)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s not found in %s; `make build tools` builds it: %w", name, binDir, err)
+	}
+	return path, nil
+}
+
+// FreePort returns a TCP port on loopback that nothing listens on now.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start runs etcd and kube-apiserver (RBAC authorization, the admin token,
+// service account tokens) and waits until the apiserver is ready.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	dir := opts.Dir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "drascope-"); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{Dir: dir, BinDir: opts.BinDir, adminToken: opts.AdminToken}
+	if err := cp.startEtcd(ctx); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	if err := cp.startAPIServer(ctx, opts.APIServerPort); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+// Run starts a binary of BinDir with its output in Dir/<name>.log. Stop
+// stops it, in reverse order of starting.
+func (cp *ControlPlane) Run(name, binary string, args ...string) (*Process, error) {
+	path, err := BinPath(cp.BinDir, binary)
+	if err != nil {
+		return nil, err
+	}
+	logPath := cp.LogPath(name)
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &Process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		_ = logFile.Close()
+		close(p.done)
+	}()
+	cp.mu.Lock()
+	cp.processes = append(cp.processes, p)
+	cp.mu.Unlock()
+	return p, nil
+}
+
+func (cp *ControlPlane) startEtcd(ctx context.Context) error {
+	clientPort, err := FreePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := FreePort()
+	if err != nil {
+		return err
+	}
+	client := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	if _, err := cp.Run("etcd", "etcd",
+		"--name=drascope",
+		"--data-dir="+filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls="+client, "--advertise-client-urls="+client,
+		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
+		"--initial-cluster=drascope="+peer,
+		"--unsafe-no-fsync", "--log-level=warn",
+	); err != nil {
+		return err
+	}
+	cp.EtcdURL = client
+	return WaitForURL(ctx, client+"/health", nil, "etcd", cp.LogPath("etcd"))
+}
+
+func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
+	if port == 0 {
+		var err error
+		if port, err = FreePort(); err != nil {
+			return err
+		}
+	}
+	cp.saKeyFile = filepath.Join(cp.Dir, "sa.key")
+	if err := writeRSAKey(cp.saKeyFile); err != nil {
+		return err
+	}
+	tokenFile := filepath.Join(cp.Dir, "tokens.csv")
+	if err := os.WriteFile(tokenFile, []byte(cp.adminToken+`,admin,admin,"system:masters"`+"\n"), 0o600); err != nil {
+		return err
+	}
+	certDir := filepath.Join(cp.Dir, "apiserver-certs")
+	if _, err := cp.Run("kube-apiserver", "kube-apiserver",
+		"--etcd-servers="+cp.EtcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		// Required when advertising loopback; there is no Service endpoint to keep.
+		"--endpoint-reconciler-type=none",
+		"--secure-port="+strconv.Itoa(port), "--cert-dir="+certDir,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--token-auth-file="+tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+cp.saKeyFile, "--service-account-signing-key-file="+cp.saKeyFile,
+		// Without a node lifecycle controller the not-ready taint it adds never goes away.
+		"--disable-admission-plugins=TaintNodesByCondition",
+	); err != nil {
+		return err
+	}
+	cp.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
+	cp.CAFile = filepath.Join(certDir, "apiserver.crt")
+	cp.Admin = &rest.Config{
+		Host:            cp.Host,
+		BearerToken:     cp.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: cp.CAFile},
+		QPS:             100,
+		Burst:           200,
+	}
+	// The certificate file appears once the apiserver starts serving.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(cp.CAFile)
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("kube-apiserver wrote no serving certificate: %w; see %s", err, cp.LogPath("kube-apiserver"))
+	}
+	client, err := kubernetes.NewForConfig(cp.Admin)
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := cp.Exited(); err != nil {
+			return false, err
+		}
+		status := 0
+		client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
+		return status == http.StatusOK, nil
+	})
+}
+
+// StartControllerManager runs kube-controller-manager as the admin with only
+// the named controllers (for example resourceclaim-controller), and waits
+// until it is healthy.
+func (cp *ControlPlane) StartControllerManager(ctx context.Context, controllers ...string) error {
+	kubeconfig, err := cp.Kubeconfig("admin", cp.adminToken)
+	if err != nil {
+		return err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	if _, err := cp.Run("kube-controller-manager", "kube-controller-manager",
+		"--kubeconfig="+kubeconfig,
+		"--controllers="+strings.Join(controllers, ","),
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+filepath.Join(cp.Dir, "kube-controller-manager-certs"),
+		"--service-account-private-key-file="+cp.saKeyFile,
+		"--root-ca-file="+cp.CAFile,
+	); err != nil {
+		return err
+	}
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: insecureTLS()}}
+	return WaitForURL(ctx, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure, "kube-controller-manager", cp.LogPath("kube-controller-manager"))
+}
+
+// LogPath is where a process's output goes.
+func (cp *ControlPlane) LogPath(name string) string {
+	return filepath.Join(cp.Dir, name+".log")
+}
+
+// Exited reports a process that has died.
+func (cp *ControlPlane) Exited() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for _, p := range cp.processes {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited (%v); see %s", p.Name, p.err, p.Log)
+		default:
+		}
+	}
+	return nil
+}
+
+// Stop interrupts every process in reverse order of starting, killing any
+// that has not exited after 10 seconds. It leaves Dir in place.
+func (cp *ControlPlane) Stop() {
+	cp.mu.Lock()
+	processes := cp.processes
+	cp.processes = nil
+	cp.mu.Unlock()
+	for i := len(processes) - 1; i >= 0; i-- {
+		p := processes[i]
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+// Kubeconfig writes a kubeconfig for this apiserver with the given bearer
+// token to Dir/<name>.kubeconfig.
+func (cp *ControlPlane) Kubeconfig(name, token string) (string, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["drascope"] = &clientcmdapi.Cluster{Server: cp.Host, CertificateAuthority: cp.CAFile}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "drascope", AuthInfo: name}
+	cfg.CurrentContext = name
+	path := filepath.Join(cp.Dir, name+".kubeconfig")
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// InstallCRD creates a CRD and waits until it is served.
+func (cp *ControlPlane) InstallCRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
+	client, err := apiextensionsclient.NewForConfig(cp.Admin)
+	if err != nil {
+		return err
+	}
+	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// WaitForURL waits until url answers 200.
+func WaitForURL(ctx context.Context, url string, client *http.Client, what, logPath string) error {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s did not become healthy at %s: %w; see %s", what, url, err, logPath)
+	}
+	return nil
+}
+
+func writeRSAKey(path string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	der := x509.MarshalPKCS1PrivateKey(key)
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+// insecureTLS is for health checks of components that serve self-signed
+// certificates on loopback.
+func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec // loopback health check

@@ -1,0 +1,85 @@
+package localcluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// manifestCodecs decodes everything the shipped manifests hold.
+var manifestCodecs = func() serializer.CodecFactory {
+	s := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	return serializer.NewCodecFactory(s)
+}()
+
+// ApplyFile creates every object of a manifest file, exactly as written
+// there: ServiceAccounts, RBAC objects and CRDs (waiting until served).
+func (cp *ControlPlane) ApplyFile(ctx context.Context, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return cp.Apply(ctx, path, data)
+}
+
+// Apply is ApplyFile for manifests read already; path names them in errors.
+func (cp *ControlPlane) Apply(ctx context.Context, path string, data []byte) error {
+	client, err := kubernetes.NewForConfig(cp.Admin)
+	if err != nil {
+		return err
+	}
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, _, err := manifestCodecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		create := metav1.CreateOptions{}
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			_, err = client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, create)
+		case *rbacv1.ClusterRole:
+			_, err = client.RbacV1().ClusterRoles().Create(ctx, o, create)
+		case *rbacv1.ClusterRoleBinding:
+			_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, o, create)
+		case *rbacv1.Role:
+			_, err = client.RbacV1().Roles(o.Namespace).Create(ctx, o, create)
+		case *rbacv1.RoleBinding:
+			_, err = client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, create)
+		case *apiextensionsv1.CustomResourceDefinition:
+			err = cp.InstallCRD(ctx, o)
+		default:
+			return fmt.Errorf("%s: localcluster does not know how to create %T", path, obj)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: creating %T: %w", path, obj, err)
+		}
+	}
+}
