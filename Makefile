@@ -20,20 +20,26 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)+drascope.$(DRASCOPE_VERSI
 # Integration tests: the package, and how long it may run.
 INTEGRATION_TIMEOUT ?= 30m
 
-.PHONY: all build test test-unit test-integration tools generate verify clean help
+.PHONY: all build test test-unit test-integration tools sandbox generate verify clean help
 
 all: build
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-build: ## Build bin/drascope-scheduler and bin/kubectl-dra.
+build: ## Build bin/drascope-scheduler, bin/kubectl-dra and bin/drascope-sandbox.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/drascope-scheduler ./cmd/scheduler
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-dra ./cmd/kubectl-dra
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/drascope-sandbox ./cmd/sandbox
+
+SANDBOX_FLAGS ?=
+
+sandbox: build tools ## Run the whole product on a local control plane, with a demo (SANDBOX_FLAGS=--help for flags).
+	$(BIN)/drascope-sandbox $(SANDBOX_FLAGS)
 
 # The control plane the integration tests run against, built from the exact
 # versions go.mod pins (etcd is the version k8s.io/kubernetes requires).
-tools: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl ## Build etcd, kube-apiserver and kubectl into bin/.
+tools: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kubectl ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into bin/.
 
 # Kubernetes binaries carry the version they are built from.
 K8S_LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)
@@ -43,6 +49,9 @@ $(BIN)/etcd: go.mod go.sum
 
 $(BIN)/kube-apiserver: go.mod go.sum
 	$(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+
+$(BIN)/kube-controller-manager: go.mod go.sum
+	$(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
 
 $(BIN)/kubectl: go.mod go.sum
 	$(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kubectl

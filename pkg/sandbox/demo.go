@@ -1,0 +1,511 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/kubectldra"
+)
+
+const (
+	schedulerName = "drascope-scheduler"
+	stepTimeout   = 2 * time.Minute
+)
+
+// demo walks through drascope's features on the sandbox, printing what it
+// does and the commands a person would run; every step checks its outcome.
+type demo struct {
+	out        io.Writer
+	client     kubernetes.Interface
+	dynamic    dynamic.Interface
+	kubeconfig string
+	kubelets   *kubelets
+	nodes      []string
+	gpus       int
+}
+
+func (d *demo) run(ctx context.Context) error {
+	steps := []struct {
+		title string
+		run   func(context.Context) error
+	}{
+		{"Training pods with claim templates fill part of the cluster", d.train},
+		{"A monitoring DaemonSet with admin access lands on every node, full ones too", d.monitor},
+		{"The same DaemonSet in a namespace without the admin-access label waits", d.monitorUnlabelled},
+		{"A GPU is reported Unhealthy; the replacement pod gets another one", d.unhealthy},
+		{"The pools fill up; a pending pod says why, and describe node shows where there is room", d.fill},
+	}
+	for i, step := range steps {
+		fmt.Fprintf(d.out, "\n=== Step %d of %d: %s\n", i+1, len(steps), step.title)
+		stepCtx, cancel := context.WithTimeout(ctx, stepTimeout)
+		err := step.run(stepCtx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("demo step %d (%s): %w", i+1, step.title, err)
+		}
+		fmt.Fprintf(d.out, "--- Step %d: OK\n", i+1)
+	}
+	return nil
+}
+
+func (d *demo) say(format string, args ...any) {
+	fmt.Fprintf(d.out, format+"\n", args...)
+}
+
+// kubectlDRA runs `kubectl dra` as a person would, and prints it.
+func (d *demo) kubectlDRA(args ...string) (string, error) {
+	var out, errOut bytes.Buffer
+	cmd := kubectldra.NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut})
+	cmd.SetArgs(append([]string{"--kubeconfig=" + d.kubeconfig}, args...))
+	err := cmd.Execute()
+	d.say("$ kubectl dra %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
+	return out.String(), err
+}
+
+func (d *demo) namespace(ctx context.Context, name string, labels map[string]string) error {
+	d.say("$ kubectl create namespace %s%s", name, labelNote(labels))
+	if _, err := d.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	// The serviceaccount controller makes the default ServiceAccount pods need.
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := d.client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
+
+func labelNote(labels map[string]string) string {
+	if len(labels) == 0 {
+		return ""
+	}
+	var parts []string
+	for k, v := range labels {
+		parts = append(parts, k+"="+v)
+	}
+	return " && kubectl label namespace ... " + strings.Join(parts, " ")
+}
+
+func (d *demo) template(ctx context.Context, namespace, name, class string, adminAccess bool) error {
+	request := &resourceapi.ExactDeviceRequest{DeviceClassName: class}
+	if adminAccess {
+		request.AdminAccess = ptr.To(true)
+		request.AllocationMode = resourceapi.DeviceAllocationModeAll
+	}
+	_, err := d.client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: request}},
+		}}},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+func podSpec(template, node string) v1.PodSpec {
+	spec := v1.PodSpec{
+		SchedulerName:  schedulerName,
+		ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &template}},
+		Containers: []v1.Container{{
+			Name: "app", Image: "registry.k8s.io/pause:3.10",
+			Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
+		}},
+	}
+	if node != "" {
+		spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+	}
+	return spec
+}
+
+func (d *demo) pod(ctx context.Context, namespace, name, template, node string) error {
+	_, err := d.client.CoreV1().Pods(namespace).Create(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "trainer"}}, Spec: podSpec(template, node)}, metav1.CreateOptions{})
+	return err
+}
+
+// waitRunning waits until n pods of the selector run, and returns them.
+func (d *demo) waitRunning(ctx context.Context, namespace, selector string, n int) ([]v1.Pod, error) {
+	var pods []v1.Pod
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		list, err := d.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.Status.Phase == v1.PodRunning && p.DeletionTimestamp == nil {
+				pods = append(pods, p)
+			}
+		}
+		return len(pods) >= n, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for %d running pods (%s) in %s: %d run", n, selector, namespace, len(pods))
+	}
+	return pods, nil
+}
+
+// waitPending waits until the pod is unschedulable with a message
+// containing want, and returns the message.
+func (d *demo) waitPending(ctx context.Context, namespace, name, want string) (string, error) {
+	message := ""
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pod, err := d.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if pod.Spec.NodeName != "" {
+			return false, fmt.Errorf("pod %s/%s was scheduled to %s", namespace, name, pod.Spec.NodeName)
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
+				message = c.Message
+			}
+		}
+		return strings.Contains(message, want), nil
+	})
+	if err != nil {
+		return message, fmt.Errorf("pod %s/%s: want it pending with %q, last message %q: %w", namespace, name, want, message, err)
+	}
+	return message, nil
+}
+
+// allocated sums the allocated devices the ResourcePools report, once the
+// publisher has caught up with want (or returns what it has at the timeout).
+func (d *demo) waitAllocated(ctx context.Context, want int) error {
+	got := -1
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		list, err := d.dynamic.Resource(v1alpha1.SchemeGroupVersion.WithResource("resourcepools")).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		got = 0
+		for _, item := range list.Items {
+			var rp v1alpha1.ResourcePool
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(item.UnstructuredContent(), &rp); err != nil {
+				return false, err
+			}
+			if rp.Status.Summary != nil {
+				got += int(rp.Status.Summary.AllocatedDevices)
+			}
+		}
+		return got == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("ResourcePools count %d allocated devices, want %d", got, want)
+	}
+	return nil
+}
+
+func (d *demo) train(ctx context.Context) error {
+	if err := d.namespace(ctx, "training", nil); err != nil {
+		return err
+	}
+	if err := d.template(ctx, "training", "gpu", gpuClass, false); err != nil {
+		return err
+	}
+	// The first node full, the second half full.
+	n := 0
+	for i := range d.gpus + d.gpus/2 {
+		node := d.nodes[0]
+		if i >= d.gpus {
+			node = d.nodes[1]
+		}
+		if err := d.pod(ctx, "training", fmt.Sprintf("trainer-%d", i), "gpu", node); err != nil {
+			return err
+		}
+		n++
+	}
+	d.say("created %d training pods, each with a claim from template training/gpu (class %s): %d on %s, %d on %s", n, gpuClass, d.gpus, d.nodes[0], n-d.gpus, d.nodes[1])
+	if _, err := d.waitRunning(ctx, "training", "app=trainer", n); err != nil {
+		return err
+	}
+	if err := d.waitAllocated(ctx, n); err != nil {
+		return err
+	}
+	_, err := d.kubectlDRA("pools")
+	return err
+}
+
+// holdGate keeps DaemonSet pods from being scheduled until the demo
+// removes it.
+const holdGate = "drascope.dev/demo-hold"
+
+func (d *demo) daemonSet(ctx context.Context, namespace string, gated bool) error {
+	if err := d.template(ctx, namespace, "gpu-monitor", gpuClass, true); err != nil {
+		return err
+	}
+	d.say("$ kubectl apply -n %s -f gpu-monitor-daemonset.yaml   # claim template with adminAccess: true, allocationMode: All", namespace)
+	labels := map[string]string{"app": "gpu-monitor"}
+	spec := podSpec("gpu-monitor", "")
+	if gated {
+		spec.SchedulingGates = []v1.PodSchedulingGate{{Name: holdGate}}
+	}
+	_, err := d.client.AppsV1().DaemonSets(namespace).Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-monitor"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+		},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+func (d *demo) monitor(ctx context.Context) error {
+	if err := d.namespace(ctx, "monitoring", map[string]string{resourceapi.DRAAdminNamespaceLabelKey: "true"}); err != nil {
+		return err
+	}
+	if err := d.daemonSet(ctx, "monitoring", false); err != nil {
+		return err
+	}
+	pods, err := d.waitRunning(ctx, "monitoring", "app=gpu-monitor", len(d.nodes))
+	if err != nil {
+		return err
+	}
+	d.say("%d monitoring pods run, one per node, %s (all %d GPUs allocated) included", len(pods), d.nodes[0], d.gpus)
+	// Admin access observes; it takes nothing.
+	if err := d.waitAllocated(ctx, d.gpus+d.gpus/2); err != nil {
+		return err
+	}
+	_, err = d.kubectlDRA("pools")
+	return err
+}
+
+func (d *demo) monitorUnlabelled(ctx context.Context) error {
+	const ns = "monitoring-unlabelled"
+	if err := d.namespace(ctx, ns, nil); err != nil {
+		return err
+	}
+	// Without the label the apiserver refuses the claim template itself.
+	err := d.template(ctx, ns, "gpu-monitor", gpuClass, true)
+	if err == nil || !strings.Contains(err.Error(), "admin-access") {
+		return fmt.Errorf("the apiserver accepted an admin-access claim template in a namespace without the label: %v", err)
+	}
+	d.say("the apiserver refuses the claim template: %v", err)
+	// The label can go after the claims were made: the apiserver only checks
+	// it when a claim is created and when admin access is first granted.
+	// Upstream's scheduler then reserves a device and fails in PreBind;
+	// drascope refuses before anything is reserved.
+	d.say("$ kubectl label namespace %s %s=true", ns, resourceapi.DRAAdminNamespaceLabelKey)
+	if err := d.setAdminLabel(ctx, ns, true); err != nil {
+		return err
+	}
+	if err := d.daemonSet(ctx, ns, true); err != nil {
+		return err
+	}
+	d.say("(the DaemonSet's pods carry the scheduling gate %s: their claims are made, nothing is scheduled yet)", holdGate)
+	var pods []v1.Pod
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		list, err := d.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{"app": "gpu-monitor"}.String()})
+		if err != nil {
+			return false, err
+		}
+		pods = list.Items
+		for _, p := range pods {
+			if len(p.Status.ResourceClaimStatuses) == 0 {
+				return false, nil
+			}
+		}
+		return len(pods) == len(d.nodes), nil
+	}); err != nil {
+		return fmt.Errorf("the DaemonSet's pods did not get their claims: %w", err)
+	}
+	d.say("$ kubectl label namespace %s %s-", ns, resourceapi.DRAAdminNamespaceLabelKey)
+	if err := d.setAdminLabel(ctx, ns, false); err != nil {
+		return err
+	}
+	d.say("(removing the scheduling gate from the %d pods)", len(pods))
+	for _, p := range pods {
+		p.Spec.SchedulingGates = nil
+		if _, err := d.client.CoreV1().Pods(ns).Update(ctx, &p, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	message, err := d.waitPending(ctx, ns, pods[0].Name, "admin access requires the label")
+	if err != nil {
+		return err
+	}
+	d.say("$ kubectl get pod -n %s %s -o jsonpath='{.status.conditions[?(@.type==\"PodScheduled\")].message}'\n%s", ns, pods[0].Name, message)
+	d.say("$ kubectl delete daemonset -n %s gpu-monitor", ns)
+	return d.client.AppsV1().DaemonSets(ns).Delete(ctx, "gpu-monitor", metav1.DeleteOptions{})
+}
+
+func (d *demo) setAdminLabel(ctx context.Context, namespace string, on bool) error {
+	ns, err := d.client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	if on {
+		ns.Labels[resourceapi.DRAAdminNamespaceLabelKey] = "true"
+	} else {
+		delete(ns.Labels, resourceapi.DRAAdminNamespaceLabelKey)
+	}
+	_, err = d.client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+	return err
+}
+
+func (d *demo) unhealthy(ctx context.Context) error {
+	node := d.nodes[1]
+	pods, err := d.waitRunning(ctx, "training", "app=trainer", d.gpus+d.gpus/2)
+	if err != nil {
+		return err
+	}
+	var victim *v1.Pod
+	for i := range pods {
+		if pods[i].Spec.NodeName == node {
+			victim = &pods[i]
+			break
+		}
+	}
+	if victim == nil {
+		return fmt.Errorf("no training pod on %s", node)
+	}
+	device, err := d.deviceOf(ctx, victim)
+	if err != nil {
+		return err
+	}
+	id := gpuDriver + "/" + node + "/" + device
+	d.say("the driver reports %s Unhealthy; kubelet writes it into the status of pod training/%s", id, victim.Name)
+	d.kubelets.setHealth(id, v1.ResourceHealthStatusUnhealthy, "XID 79: GPU has fallen off the bus")
+	pool := gpuDriver + "." + node
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		out, err := d.quietDRA("describe", "pool", pool)
+		return err == nil && strings.Contains(out, "Unhealthy"), nil
+	}); err != nil {
+		return fmt.Errorf("the scheduler did not learn of the Unhealthy device")
+	}
+	d.say("$ kubectl delete pod -n training %s", victim.Name)
+	if err := d.client.CoreV1().Pods("training").Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	if err := d.pod(ctx, "training", victim.Name+"-replacement", "gpu", node); err != nil {
+		return err
+	}
+	d.say("$ kubectl create -f %s-replacement.yaml   # same claim template, same node", victim.Name)
+	var replacement *v1.Pod
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := d.client.CoreV1().Pods("training").Get(ctx, victim.Name+"-replacement", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != v1.PodRunning {
+			return false, nil
+		}
+		replacement = p
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("the replacement pod did not run")
+	}
+	got, err := d.deviceOf(ctx, replacement)
+	if err != nil {
+		return err
+	}
+	if got == device {
+		return fmt.Errorf("the replacement pod got %s, which kubelet reported Unhealthy", device)
+	}
+	d.say("the replacement runs on %s, not on %s", got, device)
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		out, err := d.quietDRA("describe", "pool", pool)
+		return err == nil && strings.Contains(out, "Unhealthy: reported by pod training/"+victim.Name), nil
+	}); err != nil {
+		return fmt.Errorf("describe pool does not show %s Unavailable (Unhealthy)", device)
+	}
+	_, err = d.kubectlDRA("describe", "pool", pool)
+	return err
+}
+
+// quietDRA runs kubectl dra without printing it.
+func (d *demo) quietDRA(args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := kubectldra.NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: io.Discard})
+	cmd.SetArgs(append([]string{"--kubeconfig=" + d.kubeconfig}, args...))
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func (d *demo) deviceOf(ctx context.Context, pod *v1.Pod) (string, error) {
+	for _, status := range pod.Status.ResourceClaimStatuses {
+		if status.ResourceClaimName == nil {
+			continue
+		}
+		claim, err := d.client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *status.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		if claim.Status.Allocation != nil && len(claim.Status.Allocation.Devices.Results) > 0 {
+			return claim.Status.Allocation.Devices.Results[0].Device, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s/%s holds no device", pod.Namespace, pod.Name)
+}
+
+func (d *demo) fill(ctx context.Context) error {
+	node := d.nodes[1]
+	// Half the node's GPUs run trainers, one is Unhealthy: this many fit.
+	free := d.gpus - d.gpus/2 - 1
+	for i := range free + 1 {
+		if err := d.pod(ctx, "training", fmt.Sprintf("filler-%d", i), "gpu", node); err != nil {
+			return err
+		}
+	}
+	d.say("created %d more training pods for %s, where %d GPUs are free", free+1, node, free)
+	if _, err := d.waitRunning(ctx, "training", "app=trainer", d.gpus+d.gpus/2+free); err != nil {
+		return err
+	}
+	var pending, message string
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pods, err := d.client.CoreV1().Pods("training").List(ctx, metav1.ListOptions{LabelSelector: "app=trainer"})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "" {
+				pending = p.Name
+			}
+		}
+		if pending == "" {
+			return false, nil
+		}
+		events, err := d.client.EventsV1().Events("training").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + pending})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "FailedScheduling" {
+				message = e.Note
+			}
+		}
+		return strings.Contains(message, "withheld because kubelet reported them Unhealthy"), nil
+	}); err != nil {
+		return fmt.Errorf("no FailedScheduling event explains why %q waits (last: %q)", pending, message)
+	}
+	d.say("$ kubectl events -n training --for pod/%s\nWarning  FailedScheduling  %s", pending, message)
+	empty := d.nodes[len(d.nodes)-1]
+	out, err := d.kubectlDRA("describe", "node", empty)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		// Pool Driver Total Allocated Available Unavailable Valid
+		if len(fields) == 7 && fields[0] == empty && fields[1] == gpuDriver && fields[2] == fields[4] && fields[3] == "0" {
+			d.say("%s has all %s devices free", empty, fields[4])
+			return nil
+		}
+	}
+	return fmt.Errorf("describe node %s does not show its devices free", empty)
+}
