@@ -39,7 +39,7 @@ sandbox: build tools ## Run the whole product on a local control plane, with a d
 
 # The control plane the integration tests run against, built from the exact
 # versions go.mod pins (etcd is the version k8s.io/kubernetes requires).
-tools: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kubectl ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into bin/.
+tools: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kubectl $(BIN)/kwok $(BIN)/kwok-stages.yaml ## Build etcd, kube-apiserver, kube-controller-manager, kubectl and kwok into bin/.
 
 # Kubernetes binaries carry the version they are built from.
 K8S_LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)
@@ -52,6 +52,20 @@ $(BIN)/kube-apiserver: go.mod go.sum
 
 $(BIN)/kube-controller-manager: go.mod go.sum
 	$(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+
+# KWOK has a module of its own (hack/kwok): its Kubernetes dependencies are
+# another minor version. Its stage files (node Ready with heartbeats, pods
+# Running, deletions finished) come from the same module version.
+KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml \
+               pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
+
+$(BIN)/kwok: hack/kwok/go.mod hack/kwok/go.sum
+	cd hack/kwok && $(GO) build -o $@ sigs.k8s.io/kwok/cmd/kwok
+
+$(BIN)/kwok-stages.yaml: hack/kwok/go.mod hack/kwok/go.sum
+	@mkdir -p $(BIN)
+	dir=$$(cd hack/kwok && $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && \
+	for f in $(KWOK_STAGES); do echo '---'; cat "$$dir/kustomize/stage/$$f"; done > $@
 
 $(BIN)/kubectl: go.mod go.sum
 	$(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kubectl

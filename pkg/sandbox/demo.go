@@ -36,7 +36,7 @@ type demo struct {
 	client     kubernetes.Interface
 	dynamic    dynamic.Interface
 	kubeconfig string
-	kubelets   *kubelets
+	health     *healthReporter
 	nodes      []string
 	gpus       int
 }
@@ -80,7 +80,7 @@ func (d *demo) kubectlDRA(args ...string) (string, error) {
 }
 
 func (d *demo) namespace(ctx context.Context, name string, labels map[string]string) error {
-	d.say("$ kubectl create namespace %s%s", name, labelNote(labels))
+	d.say("$ kubectl create namespace %s%s", name, labelNote(name, labels))
 	if _, err := d.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func (d *demo) namespace(ctx context.Context, name string, labels map[string]str
 	})
 }
 
-func labelNote(labels map[string]string) string {
+func labelNote(namespace string, labels map[string]string) string {
 	if len(labels) == 0 {
 		return ""
 	}
@@ -99,7 +99,7 @@ func labelNote(labels map[string]string) string {
 	for k, v := range labels {
 		parts = append(parts, k+"="+v)
 	}
-	return " && kubectl label namespace ... " + strings.Join(parts, " ")
+	return " && kubectl label namespace " + namespace + " " + strings.Join(parts, " ")
 }
 
 func (d *demo) template(ctx context.Context, namespace, name, class string, adminAccess bool) error {
@@ -383,7 +383,7 @@ func (d *demo) unhealthy(ctx context.Context) error {
 	}
 	id := gpuDriver + "/" + node + "/" + device
 	d.say("the driver reports %s Unhealthy; kubelet writes it into the status of pod training/%s", id, victim.Name)
-	d.kubelets.setHealth(id, v1.ResourceHealthStatusUnhealthy, "XID 79: GPU has fallen off the bus")
+	d.health.setHealth(id, v1.ResourceHealthStatusUnhealthy, "XID 79: GPU has fallen off the bus")
 	pool := gpuDriver + "." + node
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		out, err := d.quietDRA("describe", "pool", pool)

@@ -1,8 +1,8 @@
 // Package sandbox runs the whole product on a local control plane: etcd,
 // kube-apiserver and kube-controller-manager (k8s.io/kubernetes v1.37.1, as
 // drascope links), drascope-scheduler with the shipped config and CRD,
-// simulated nodes and a simulated DRA driver; then a demo, and it stays up
-// for a person to explore.
+// nodes simulated by KWOK and a simulated DRA driver; then a demo, and it
+// stays up for a person to explore.
 package sandbox
 
 import (
@@ -32,8 +32,8 @@ import (
 
 // Options configure the sandbox.
 type Options struct {
-	// BinDir holds etcd, kube-apiserver, kube-controller-manager and
-	// drascope-scheduler.
+	// BinDir holds etcd, kube-apiserver, kube-controller-manager,
+	// drascope-scheduler, kwok and kwok-stages.yaml.
 	BinDir string
 	// Nodes and DevicesPerNode size the simulated cluster.
 	Nodes, DevicesPerNode int
@@ -120,9 +120,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 	for i := range nodes {
 		nodes[i] = "node-" + strconv.Itoa(i+1)
 	}
-	say("Simulating %d nodes and a DRA driver: per node %d GPUs and one partitionable GPU (driver %s), and a network-attached pool (driver %s) ...",
+	say("Starting KWOK with %d nodes, and a simulated DRA driver: per node %d GPUs and one partitionable GPU (driver %s), and a network-attached pool (driver %s) ...",
 		opts.Nodes, opts.DevicesPerNode, gpuDriver, fabricDriver)
-	k, err := startKubelets(ctx, client, nodes)
+	if err := startNodes(ctx, cp, client, kubeconfig, nodes); err != nil {
+		return err
+	}
+	health, err := startHealthReporter(ctx, client, nodes)
 	if err != nil {
 		return err
 	}
@@ -135,7 +138,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	say("\nThe sandbox is up after %s. In another shell:\n  export KUBECONFIG=%s\n  kubectl dra pools", time.Since(start).Round(100*time.Millisecond), kubeconfig)
 
 	if opts.Demo {
-		d := &demo{out: out, client: client, dynamic: dyn, kubeconfig: kubeconfig, kubelets: k, nodes: nodes, gpus: opts.DevicesPerNode}
+		d := &demo{out: out, client: client, dynamic: dyn, kubeconfig: kubeconfig, health: health, nodes: nodes, gpus: opts.DevicesPerNode}
 		if err := d.run(ctx); err != nil {
 			return err
 		}
