@@ -77,6 +77,18 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 // Err is how the process exited, once Done is closed.
 func (p *Process) Err() error { return p.err }
 
+// Stop interrupts the process and waits for it to exit, killing it after
+// grace.
+func (p *Process) Stop(grace time.Duration) {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
 // BinPath finds a binary the Makefile builds.
 func BinPath(binDir, name string) (string, error) {
 	path := filepath.Join(binDir, name)
@@ -292,14 +304,7 @@ func (cp *ControlPlane) Stop() {
 	cp.processes = nil
 	cp.mu.Unlock()
 	for i := len(processes) - 1; i >= 0; i-- {
-		p := processes[i]
-		_ = p.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		processes[i].Stop(10 * time.Second)
 	}
 }
 

@@ -67,14 +67,14 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 				t.Fatal(err)
 			}
 			select {
-			case <-b.done:
+			case <-b.Done():
 			case <-time.After(waitTimeout):
 				b.stop()
 				t.Fatalf("drascope-scheduler kept running with invalid args; output:\n%s", b.output())
 			}
 			var exitErr *exec.ExitError
-			if !errors.As(b.err, &exitErr) || exitErr.ExitCode() == 0 {
-				t.Fatalf("want a non-zero exit code, got %v; output:\n%s", b.err, b.output())
+			if !errors.As(b.Err(), &exitErr) || exitErr.ExitCode() == 0 {
+				t.Fatalf("want a non-zero exit code, got %v; output:\n%s", b.Err(), b.output())
 			}
 			out := b.output()
 			for _, want := range tc.want {

@@ -240,7 +240,7 @@ func startHealthScheduler(t *testing.T, name, deviceHealth string) int {
 			t.Logf("%s output (last lines):\n%s", name, tail(b.output(), 60))
 		}
 	})
-	if err := localcluster.WaitForURL(context.Background(), "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", insecureClient(), name, b.logPath); err != nil {
+	if err := localcluster.WaitForURL(context.Background(), "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", insecureClient(), name, b.Log); err != nil {
 		t.Fatal(err)
 	}
 	return port

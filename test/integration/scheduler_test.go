@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -94,52 +93,25 @@ func insecureClient() *http.Client {
 }
 
 // schedulerBinary runs bin/drascope-scheduler with args; its output goes to
-// a file in the test data directory. wait returns the exit error.
+// a file in the test data directory.
 type schedulerBinary struct {
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{}
-	err     error
+	*localcluster.Process
 }
 
 func startSchedulerBinary(name string, args ...string) (*schedulerBinary, error) {
-	path, err := localcluster.BinPath(env.cp.BinDir, "drascope-scheduler")
+	p, err := env.cp.Run(name, "drascope-scheduler", args...)
 	if err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(env.cp.Dir, name+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, err
-	}
-	b := &schedulerBinary{cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go func() {
-		b.err = cmd.Wait()
-		_ = logFile.Close()
-		close(b.done)
-	}()
-	return b, nil
+	return &schedulerBinary{p}, nil
 }
 
 // stop asks the scheduler to terminate, as the kubelet would, and waits.
 func (b *schedulerBinary) stop() {
-	_ = b.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-b.done:
-	case <-time.After(30 * time.Second):
-		_ = b.cmd.Process.Kill()
-		<-b.done
-	}
+	b.Stop(30 * time.Second)
 }
 
 func (b *schedulerBinary) output() string {
-	data, _ := os.ReadFile(b.logPath)
+	data, _ := os.ReadFile(b.Log)
 	return string(data)
 }
