@@ -20,7 +20,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)+drascope.$(DRASCOPE_VERSI
 # Integration tests: the package, and how long it may run.
 INTEGRATION_TIMEOUT ?= 30m
 
-.PHONY: all build test test-unit test-integration tools sandbox generate verify clean help
+.PHONY: all build test test-unit test-integration perf perf-smoke tools sandbox generate verify clean help
 
 all: build
 
@@ -70,13 +70,37 @@ $(BIN)/kwok-stages.yaml: hack/kwok/go.mod hack/kwok/go.sum
 $(BIN)/kubectl: go.mod go.sum
 	$(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kubectl
 
-test: test-unit test-integration ## Run all tests (unit, then integration on a real apiserver).
+test: test-unit test-integration perf-smoke ## Run all tests (unit, integration on a real apiserver, scheduler_perf smoke).
 
 test-unit: ## Unit tests: no servers.
-	$(GO) test ./apis/... ./pkg/... ./cmd/...
+	$(GO) test ./apis/... ./pkg/... ./cmd/... ./test/perf/results/...
 
 test-integration: build tools ## Integration tests on real etcd + kube-apiserver.
 	DRASCOPE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) ./test/integration/... $(if $(CI),-v,)
+
+# scheduler_perf (test/perf): every workload runs with upstream's in-tree
+# DynamicResources and with DRAScope in one process; the table comes from
+# test/perf/report. scheduler_perf starts etcd from PATH. Its log goes to
+# output.log beside the results (PERF_OUT/<set>/).
+PERF_OUT     ?= $(CURDIR)/_output/perf
+PERF_TIMEOUT ?= 6h
+PERF_FLAGS   ?=
+
+# run-perf <set> <label filter>
+define run-perf
+	rm -rf $(PERF_OUT)/$(1) && mkdir -p $(PERF_OUT)/$(1)
+	@echo "scheduler_perf: $(1) workloads; log in $(PERF_OUT)/$(1)/output.log"
+	cd test/perf && PATH=$(BIN):$$PATH $(GO) test . -run '^$$' -bench BenchmarkPerfScheduling -benchtime 1x -timeout $(PERF_TIMEOUT) \
+		-args -perf-scheduling-label-filter=$(2) -data-items-dir=$(PERF_OUT)/$(1) $(PERF_FLAGS) >$(PERF_OUT)/$(1)/output.log 2>&1 || \
+		{ grep -E -B2 -A8 -- '^\s*--- FAIL|ERROR|Error running' $(PERF_OUT)/$(1)/output.log | tail -n 120; echo "scheduler_perf failed; full log: $(PERF_OUT)/$(1)/output.log"; exit 1; }
+	$(GO) run ./test/perf/report $(PERF_OUT)/$(1) | tee $(PERF_OUT)/$(1)/table.md
+endef
+
+perf: $(BIN)/etcd ## scheduler_perf performance workloads, upstream vs DRAScope (long; the table of docs/perf.md).
+	$(call run-perf,performance,performance)
+
+perf-smoke: $(BIN)/etcd ## scheduler_perf short workloads, upstream vs DRAScope (checks the harness, not speed).
+	$(call run-perf,smoke,short)
 
 generate: ## Regenerate deepcopy, conversion and defaulting code.
 	hack/update-codegen.sh

@@ -322,7 +322,12 @@ func (cp *ControlPlane) Kubeconfig(name, token string) (string, error) {
 
 // InstallCRD creates a CRD and waits until it is served.
 func (cp *ControlPlane) InstallCRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
-	client, err := apiextensionsclient.NewForConfig(cp.Admin)
+	return InstallCRD(ctx, cp.Admin, crd)
+}
+
+// InstallCRD creates a CRD through any apiserver and waits until it is served.
+func InstallCRD(ctx context.Context, config *rest.Config, crd *apiextensionsv1.CustomResourceDefinition) error {
+	client, err := apiextensionsclient.NewForConfig(config)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 )
 
 // manifestCodecs decodes everything the shipped manifests hold.
@@ -41,7 +42,13 @@ func (cp *ControlPlane) ApplyFile(ctx context.Context, path string) error {
 
 // Apply is ApplyFile for manifests read already; path names them in errors.
 func (cp *ControlPlane) Apply(ctx context.Context, path string, data []byte) error {
-	client, err := kubernetes.NewForConfig(cp.Admin)
+	return Apply(ctx, cp.Admin, path, data)
+}
+
+// Apply creates the objects of a manifest through any apiserver, such as the
+// in-process one of scheduler_perf.
+func Apply(ctx context.Context, config *rest.Config, path string, data []byte) error {
+	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return err
 	}
@@ -74,7 +81,7 @@ func (cp *ControlPlane) Apply(ctx context.Context, path string, data []byte) err
 		case *rbacv1.RoleBinding:
 			_, err = client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, create)
 		case *apiextensionsv1.CustomResourceDefinition:
-			err = cp.InstallCRD(ctx, o)
+			err = InstallCRD(ctx, config, o)
 		default:
 			return fmt.Errorf("%s: localcluster does not know how to create %T", path, obj)
 		}

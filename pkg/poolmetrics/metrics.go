@@ -43,6 +43,13 @@ var (
 		Buckets:        metrics.ExponentialBuckets(0.001, 2, 16),
 		StabilityLevel: metrics.ALPHA,
 	})
+	// Writes: ResourcePool API writes by verb, the publisher's load on the
+	// apiserver.
+	Writes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "drascope_resourcepool_writes_total",
+		Help:           "ResourcePool writes the publisher made, by verb (create, update of the status, delete).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"verb"})
 	// RecomputeDuration: computing one pool's snapshot.
 	RecomputeDuration = metrics.NewHistogram(&metrics.HistogramOpts{
 		Name:           "drascope_resourcepool_recompute_duration_seconds",
@@ -74,7 +81,7 @@ var (
 func Register(cache *poolcache.Cache) {
 	source.Store(cache)
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, RecomputeDuration)
+		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, Writes, RecomputeDuration)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
 }
@@ -83,6 +90,11 @@ func Register(cache *poolcache.Cache) {
 func ObserveRecompute(_ drausage.PoolID, _ int, compute, delay time.Duration) {
 	RecomputeDuration.Observe(compute.Seconds())
 	SnapshotDelay.Observe(delay.Seconds())
+}
+
+// ObserveWrite is a poolpublisher.Options.ObserveWrite function.
+func ObserveWrite(verb string) {
+	Writes.WithLabelValues(verb).Inc()
 }
 
 // ObserveSync is a poolpublisher.Options.Observe function.

@@ -60,6 +60,9 @@ type Options struct {
 	// ObservePublished, when set, receives the delay from the oldest change
 	// a successful write reflects to that write.
 	ObservePublished func(delay time.Duration)
+	// ObserveWrite, when set, is told of every successful write to the API:
+	// verb is create, update (of the status) or delete.
+	ObserveWrite func(verb string)
 	// Clock, for tests.
 	Clock clock.WithTicker
 }
@@ -272,6 +275,9 @@ func (p *Publisher) sync(ctx context.Context, id drausage.PoolID) error {
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("deleting ResourcePool %s: %w", existing.Name, err)
 		}
+		if err == nil {
+			p.wrote("delete")
+		}
 		klog.FromContext(ctx).V(2).Info("Deleted ResourcePool of a pool that is gone", "resourcepool", existing.Name, "driver", id.Driver, "pool", id.Pool)
 		p.forget(id, existing.Name)
 		return nil
@@ -284,8 +290,12 @@ func (p *Publisher) sync(ctx context.Context, id drausage.PoolID) error {
 	}
 	if existing.Spec.NodeName != snap.NodeName {
 		// The spec is immutable; a pool that moved node gets a new object.
-		if err := p.client.Delete(ctx, existing.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		err := p.client.Delete(ctx, existing.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("replacing ResourcePool %s: %w", existing.Name, err)
+		}
+		if err == nil {
+			p.wrote("delete")
 		}
 		p.forget(id, existing.Name)
 		return p.create(ctx, id, snap, status)
@@ -313,6 +323,9 @@ func (p *Publisher) create(ctx context.Context, id drausage.PoolID, snap *poolca
 		return err
 	}
 	created, err := p.client.Create(ctx, u, metav1.CreateOptions{})
+	if err == nil {
+		p.wrote("create")
+	}
 	if apierrors.IsAlreadyExists(err) {
 		// Made by an earlier leader after this one listed: adopt it.
 		created, err = p.client.Get(ctx, obj.Name, metav1.GetOptions{})
@@ -350,6 +363,7 @@ func (p *Publisher) updateStatus(ctx context.Context, id drausage.PoolID, obj *v
 	if err != nil {
 		return fmt.Errorf("updating status of ResourcePool %s: %w", obj.Name, err)
 	}
+	p.wrote("update")
 	current, err := fromUnstructured(updated)
 	if err != nil {
 		return err
@@ -369,6 +383,12 @@ func (p *Publisher) updateStatus(ctx context.Context, id drausage.PoolID, obj *v
 		}
 	}
 	return nil
+}
+
+func (p *Publisher) wrote(verb string) {
+	if p.opts.ObserveWrite != nil {
+		p.opts.ObserveWrite(verb)
+	}
 }
 
 // refresh re-reads one object after a conflict.

@@ -302,6 +302,7 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 		}
 	}()
 
+	updatesBefore := scrapeGauge(t, "drascope_resourcepool_writes_total", map[string]string{"verb": "update"})
 	start := time.Now()
 	writtenAt := make([]time.Time, allocations)
 	for i := range allocations {
@@ -319,6 +320,11 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 	// The publisher may write once right away and then once per interval.
 	bound := int(elapsed/time.Second) + 2
 	t.Logf("%d allocations over %v caused %d ResourcePool writes", allocations, elapsed.Round(time.Millisecond), writes)
+	// The counter covers every pool of the shared scheduler, so it has at
+	// least the writes seen here.
+	if counted := scrapeGauge(t, "drascope_resourcepool_writes_total", map[string]string{"verb": "update"}) - updatesBefore; counted < float64(writes) {
+		t.Errorf("drascope_resourcepool_writes_total{verb=update} grew by %v; the watch saw %d writes", counted, writes)
+	}
 	if writes > bound || writes >= allocations/4 {
 		t.Errorf("%d allocations over %v caused %d ResourcePool writes; want at most %d (one per second) and far fewer than %d", allocations, elapsed, writes, bound, allocations)
 	}
@@ -424,7 +430,7 @@ func scrapeHistogramQuantiles(t *testing.T, name string) (p50, p99 time.Duration
 	return bound(0.5), bound(0.99), count
 }
 
-// scrapeGauge reads one sample from the in-process scheduler's /metrics; -1
+// scrapeGauge reads one gauge or counter sample from the in-process scheduler's /metrics; -1
 // if absent.
 func scrapeGauge(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
@@ -448,6 +454,9 @@ next:
 			if got[k] != v {
 				continue next
 			}
+		}
+		if m.GetCounter() != nil {
+			return m.GetCounter().GetValue()
 		}
 		return m.GetGauge().GetValue()
 	}

@@ -87,6 +87,7 @@ func stateFor(ctx context.Context, fh fwk.Handle, args *config.DRAScopeArgs) (*s
 			Synced:           synced,
 			Observe:          poolmetrics.ObserveSync,
 			ObservePublished: poolmetrics.ObservePublished,
+			ObserveWrite:     poolmetrics.ObserveWrite,
 			ReportConflict:   conflictEvents(fh, factory),
 		})
 		if err := poolpublisher.RunWhileLeading(ctx, fh.ClientSet(), publisher.Run); err != nil {

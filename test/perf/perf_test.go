@@ -1,0 +1,425 @@
+// Package perf runs drascope's scheduler_perf workloads
+// (performance-config.yaml) with upstream's in-tree DynamicResources plugin
+// and with DRAScope, side by side in one process. `make perf` runs the
+// performance set and prints the table of ./report; `make perf-smoke` runs
+// the short set as part of `make test`.
+package perf
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/metrics/legacyregistry"
+	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
+	"k8s.io/kubernetes/test/utils/client-go/ktesting"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/manifests"
+	"github.com/drascope/drascope/pkg/localcluster"
+	"github.com/drascope/drascope/pkg/plugins/drascope"
+	"github.com/drascope/drascope/test/perf/results"
+)
+
+const configFile = "performance-config.yaml"
+
+// variants are the two schedulers compared: the scheduler_perf topic (and
+// report column) and the scheduler configuration each runs with.
+var variants = []variant{
+	{name: results.Upstream, schedulerConfig: "config/upstream.yaml"},
+	{name: results.DRAScope, schedulerConfig: "config/drascope.yaml"},
+}
+
+type variant struct {
+	name            string
+	schedulerConfig string
+}
+
+func TestMain(m *testing.M) {
+	if err := perf.InitTests(); err != nil {
+		fmt.Fprintf(os.Stderr, "%v\n", err)
+		os.Exit(1)
+	}
+	// scheduler_perf collects per-plugin metrics for the plugins listed here.
+	perf.PluginNames = append(perf.PluginNames, drascope.Name)
+	os.Exit(m.Run())
+}
+
+// BenchmarkPerfScheduling runs each workload selected by
+// -perf-scheduling-label-filter once per variant, alternating which variant
+// goes first so that neither always runs on a warm machine. Each run writes
+// scheduler_perf's JSON into -data-items-dir, and a line into results.IndexFile
+// there naming it.
+func BenchmarkPerfScheduling(b *testing.B) {
+	dir := flag.Lookup("data-items-dir").Value.String()
+	if dir == "" {
+		b.Fatal("-data-items-dir is required: the report is built from the files written there (make perf sets it)")
+	}
+	units, err := selectWorkloads(configFile, strings.Split(perf.PerfSchedulingLabelFilter, ","))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(units) == 0 {
+		b.Fatalf("no workload of %s matches -perf-scheduling-label-filter=%q", configFile, perf.PerfSchedulingLabelFilter)
+	}
+	// Selection happened above; each run below holds exactly one workload.
+	filter := perf.PerfSchedulingLabelFilter
+	perf.PerfSchedulingLabelFilter = ""
+	b.Cleanup(func() { perf.PerfSchedulingLabelFilter = filter })
+
+	for i, u := range units {
+		order := slices.Clone(variants)
+		if i%2 == 1 {
+			slices.Reverse(order)
+		}
+		b.Run(u.testCase+"_"+u.workload, func(b *testing.B) {
+			for position, v := range order {
+				b.Run(v.name, func(b *testing.B) {
+					runOnce(b, dir, u, v, position+1)
+				})
+			}
+		})
+	}
+}
+
+// runOnce runs one workload with one variant and records the run in the
+// index.
+func runOnce(b *testing.B, dir string, u unit, v variant, position int) {
+	config, err := u.configFor(b.TempDir(), v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	before, err := resultFiles(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	entry := results.IndexEntry{TestCase: u.testCase, Workload: u.workload, Variant: v.name, Position: position}
+	start := time.Now()
+	perf.RunBenchmarkPerfScheduling(b, config, v.name, registry(), perf.WithPrepareFn(func(tCtx ktesting.TContext) error {
+		// Runs before scheduler_perf's own cleanup, which resets the metrics
+		// and stops the apiserver.
+		tCtx.Cleanup(func() { checkRun(tCtx, v, &entry) })
+		return nil
+	}))
+	entry.Seconds = time.Since(start).Seconds()
+	after, err := resultFiles(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range after {
+		if !slices.Contains(before, f) {
+			entry.ResultFile = f
+		}
+	}
+	if entry.ResultFile == "" && !b.Failed() {
+		b.Errorf("scheduler_perf wrote no result file into %s", dir)
+	}
+	if err := results.AppendIndex(dir, entry); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// checkRun records what the run did beyond scheduler_perf's own figures, and
+// fails it when the variant did not behave as itself: DRAScope must publish
+// ResourcePools and never hand out a device kubelet reported Unhealthy;
+// upstream publishes nothing.
+func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry) {
+	writes, err := counterSum("drascope_resourcepool_writes_total")
+	if err != nil {
+		tCtx.Errorf("reading ResourcePool writes: %v", err)
+	}
+	entry.ResourcePoolWrites = int(writes)
+	unhealthy, err := unhealthyDevicesHandedOut(tCtx, tCtx.Client())
+	if err != nil {
+		tCtx.Errorf("counting Unhealthy devices handed out: %v", err)
+	}
+	entry.UnhealthyAllocated = unhealthy
+	switch v.name {
+	case results.DRAScope:
+		// A short run can end before the publisher's first write; what must
+		// hold is that the ResourcePools catch up with the claims.
+		if err := waitForResourcePools(tCtx); err != nil {
+			tCtx.Errorf("ResourcePools do not match the allocated claims: %v", err)
+		}
+		writes, _ = counterSum("drascope_resourcepool_writes_total")
+		entry.ResourcePoolWrites = int(writes)
+		if unhealthy > 0 {
+			tCtx.Errorf("DRAScope allocated %d devices that kubelet reported Unhealthy", unhealthy)
+		}
+	case results.Upstream:
+		if writes != 0 {
+			tCtx.Errorf("the upstream run made %v ResourcePool writes: DRAScope ran in it", writes)
+		}
+	}
+}
+
+// unhealthyDevicesHandedOut counts the devices reported Unhealthy in some
+// pod's status that claims outside the pre-filled "init" namespace were
+// allocated (init claims are allocated by scheduler_perf, not the scheduler).
+func unhealthyDevicesHandedOut(ctx context.Context, client kubernetes.Interface) (int, error) {
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	unhealthy := map[string]bool{}
+	for _, pod := range pods.Items {
+		for _, status := range pod.Status.ContainerStatuses {
+			for _, res := range status.AllocatedResourcesStatus {
+				for _, r := range res.Resources {
+					if r.Health == v1.ResourceHealthStatusUnhealthy {
+						unhealthy[string(r.ResourceID)] = true
+					}
+				}
+			}
+		}
+	}
+	if len(unhealthy) == 0 {
+		return 0, nil
+	}
+	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, claim := range claims.Items {
+		if claim.Namespace == "init" || claim.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			if unhealthy[r.Driver+"/"+r.Pool+"/"+r.Device] {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// waitForResourcePools waits until every pool's ResourcePool counts as
+// allocated exactly the devices the claims hold.
+func waitForResourcePools(tCtx ktesting.TContext) error {
+	client, err := dynamic.NewForConfig(tCtx.RESTConfig())
+	if err != nil {
+		return err
+	}
+	var diffs []string
+	err = wait.PollUntilContextTimeout(tCtx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		diffs, err = comparePools(ctx, tCtx.Client(), client.Resource(v1alpha1.Resource))
+		return err == nil && len(diffs) == 0, err
+	})
+	if len(diffs) > 5 {
+		diffs = append(diffs[:5], fmt.Sprintf("and %d more", len(diffs)-5))
+	}
+	if len(diffs) > 0 {
+		return errors.New(strings.Join(diffs, "; "))
+	}
+	return err
+}
+
+// comparePools lists how the ResourcePools differ from the claims'
+// allocations (admin access takes nothing).
+func comparePools(ctx context.Context, client kubernetes.Interface, pools dynamic.ResourceInterface) ([]string, error) {
+	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	allocated := map[string]sets.Set[string]{} // driver/pool -> devices
+	for _, claim := range claims.Items {
+		if claim.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			if ptr.Deref(r.AdminAccess, false) {
+				continue
+			}
+			key := r.Driver + "/" + r.Pool
+			if allocated[key] == nil {
+				allocated[key] = sets.New[string]()
+			}
+			allocated[key].Insert(r.Device)
+		}
+	}
+	list, err := pools.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var diffs []string
+	seen := sets.New[string]()
+	for _, item := range list.Items {
+		var rp v1alpha1.ResourcePool
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, &rp); err != nil {
+			return nil, err
+		}
+		key := rp.Spec.Driver + "/" + rp.Spec.PoolName
+		seen.Insert(key)
+		got := 0
+		if rp.Status.Summary != nil {
+			got = int(rp.Status.Summary.AllocatedDevices)
+		}
+		if want := allocated[key].Len(); got != want {
+			diffs = append(diffs, fmt.Sprintf("%s: ResourcePool %s has %d allocated, claims hold %d", key, rp.Name, got, want))
+		}
+	}
+	for key := range allocated {
+		if !seen.Has(key) {
+			diffs = append(diffs, fmt.Sprintf("%s: no ResourcePool, claims hold %d devices", key, allocated[key].Len()))
+		}
+	}
+	slices.Sort(diffs)
+	return diffs, nil
+}
+
+// counterSum adds up every series of a counter in the process's registry.
+func counterSum(name string) (float64, error) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum, nil
+}
+
+// registry is drascope's out-of-tree registry with one addition for
+// scheduler_perf: its in-process apiserver starts empty, so the ResourcePool
+// CRD is installed before DRAScope starts, as a deployment would have it.
+func registry() frameworkruntime.Registry {
+	return frameworkruntime.Registry{
+		drascope.Name: func(ctx context.Context, args runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
+			crd, err := manifests.Files.ReadFile("crds/resourcepools.drascope.dev.yaml")
+			if err != nil {
+				return nil, err
+			}
+			if err := localcluster.Apply(ctx, fh.KubeConfig(), "manifests/crds/resourcepools.drascope.dev.yaml", crd); err != nil {
+				return nil, err
+			}
+			return drascope.New(ctx, args, fh)
+		},
+	}
+}
+
+// unit is one workload of one test case.
+type unit struct {
+	testCase string
+	workload string
+	// raw is the test case with only this workload.
+	raw map[string]any
+}
+
+// configFor writes a scheduler_perf config holding only the unit, run with
+// the variant's scheduler configuration.
+func (u unit) configFor(dir string, v variant) (string, error) {
+	tc := make(map[string]any, len(u.raw)+1)
+	for k, val := range u.raw {
+		tc[k] = val
+	}
+	tc["schedulerConfigPath"] = v.schedulerConfig
+	data, err := yaml.Marshal([]any{tc})
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, configFile)
+	return path, os.WriteFile(path, data, 0o644)
+}
+
+// selectWorkloads lists the workloads of a scheduler_perf config that the
+// label filter selects, with scheduler_perf's semantics: "x" or "+x" must be
+// among the test case's and workload's labels, "-x" must not.
+func selectWorkloads(path string, filter []string) ([]unit, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cases []map[string]any
+	if err := yaml.Unmarshal(data, &cases); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var units []unit
+	for _, tc := range cases {
+		name, _ := tc["name"].(string)
+		if _, set := tc["schedulerConfigPath"]; set {
+			return nil, fmt.Errorf("%s: test case %s sets schedulerConfigPath; the harness sets it per variant", path, name)
+		}
+		workloads, _ := tc["workloads"].([]any)
+		for _, w := range workloads {
+			wm, _ := w.(map[string]any)
+			wname, _ := wm["name"].(string)
+			if !labelsMatch(filter, append(stringList(tc["labels"]), stringList(wm["labels"])...)) {
+				continue
+			}
+			raw := make(map[string]any, len(tc))
+			for k, val := range tc {
+				raw[k] = val
+			}
+			raw["workloads"] = []any{w}
+			units = append(units, unit{testCase: name, workload: wname, raw: raw})
+		}
+	}
+	return units, nil
+}
+
+func labelsMatch(filter, labels []string) bool {
+	for _, f := range filter {
+		if f == "" {
+			continue
+		}
+		mustHave := f[0] != '-'
+		if f[0] == '-' || f[0] == '+' {
+			f = f[1:]
+		}
+		if slices.Contains(labels, f) != mustHave {
+			return false
+		}
+	}
+	return true
+}
+
+func stringList(v any) []string {
+	items, _ := v.([]any)
+	out := make([]string, 0, len(items))
+	for _, item := range items {
+		if s, ok := item.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// resultFiles lists scheduler_perf's JSON result files in dir.
+func resultFiles(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	matches, err := filepath.Glob(filepath.Join(dir, "BenchmarkPerfScheduling*.json"))
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range matches {
+		matches[i] = filepath.Base(m)
+	}
+	return matches, nil
+}

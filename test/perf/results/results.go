@@ -1,0 +1,253 @@
+// Package results reads what a test/perf run leaves in its data directory
+// (scheduler_perf's JSON files and the harness's index of runs) and turns it
+// into the side-by-side table of docs/perf.md.
+package results
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// The two variants compared, as scheduler_perf topics.
+const (
+	Upstream = "upstream"
+	DRAScope = "drascope"
+)
+
+// IndexFile is the harness's record of runs, one JSON object per line.
+const IndexFile = "drascope-perf-index.jsonl"
+
+// IndexEntry is one run of one workload with one variant.
+type IndexEntry struct {
+	TestCase string `json:"testCase"`
+	Workload string `json:"workload"`
+	Variant  string `json:"variant"`
+	// Position is 1 when the variant ran first for this workload, 2 second.
+	Position int `json:"position"`
+	// ResultFile is scheduler_perf's JSON file, in the same directory.
+	ResultFile string `json:"resultFile"`
+	// Seconds is the run's wall time, set-up included.
+	Seconds float64 `json:"seconds"`
+	// ResourcePoolWrites counts the publisher's writes during the whole run.
+	ResourcePoolWrites int `json:"resourcePoolWrites"`
+	// UnhealthyAllocated counts devices reported Unhealthy that the
+	// scheduler allocated.
+	UnhealthyAllocated int `json:"unhealthyAllocated"`
+}
+
+// AppendIndex adds an entry to dir's index.
+func AppendIndex(dir string, e IndexEntry) error {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, IndexFile), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(data, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// dataItems is scheduler_perf's JSON result format (perf-dash's).
+type dataItems struct {
+	DataItems []struct {
+		Data   map[string]float64 `json:"data"`
+		Unit   string             `json:"unit"`
+		Labels map[string]string  `json:"labels"`
+	} `json:"dataItems"`
+}
+
+// Run is one index entry with the figures of its result file. A figure that
+// scheduler_perf did not produce is NaN.
+type Run struct {
+	IndexEntry
+	Throughput        Quantiles // pods/s
+	SnapshotDelayMs   Quantiles
+	PeakHeapMB        float64
+	PreFilterMs       Quantiles // the DRA plugin's PreFilter, sampled
+	FilterMs          Quantiles // the DRA plugin's Filter, sampled
+	SchedulingAttempt Quantiles // ms, scheduled attempts
+}
+
+// Quantiles are a histogram's or sample's summary.
+type Quantiles struct {
+	Average, P50, P90, P99 float64
+}
+
+var missing = Quantiles{math.NaN(), math.NaN(), math.NaN(), math.NaN()}
+
+// Load reads dir's index and the result files it names.
+func Load(dir string) ([]Run, error) {
+	f, err := os.Open(filepath.Join(dir, IndexFile))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var runs []Run
+	scanner := bufio.NewScanner(f)
+	for line := 1; scanner.Scan(); line++ {
+		var e IndexEntry
+		if err := json.Unmarshal(scanner.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", IndexFile, line, err)
+		}
+		run := Run{IndexEntry: e, Throughput: missing, SnapshotDelayMs: missing, PeakHeapMB: math.NaN(),
+			PreFilterMs: missing, FilterMs: missing, SchedulingAttempt: missing}
+		if e.ResultFile != "" {
+			if err := run.readResult(filepath.Join(dir, e.ResultFile)); err != nil {
+				return nil, err
+			}
+		}
+		runs = append(runs, run)
+	}
+	return runs, scanner.Err()
+}
+
+func (r *Run) readResult(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var items dataItems
+	if err := json.Unmarshal(data, &items); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	plugin := "DynamicResources"
+	if r.Variant == DRAScope {
+		plugin = "DRAScope"
+	}
+	for _, item := range items.DataItems {
+		l := item.Labels
+		switch {
+		case l["Metric"] == "SchedulingThroughput":
+			r.Throughput = quantiles(item.Data)
+		case l["Metric"] == "drascope_resourcepool_snapshot_delay_seconds":
+			r.SnapshotDelayMs = quantiles(item.Data)
+		case l["Metric"] == "heap_memory_usage":
+			r.PeakHeapMB = item.Data["Max"]
+		case l["Metric"] == "scheduler_plugin_execution_duration_seconds" && l["plugin"] == plugin && l["extension_point"] == "PreFilter":
+			r.PreFilterMs = quantiles(item.Data)
+		case l["Metric"] == "scheduler_plugin_execution_duration_seconds" && l["plugin"] == plugin && l["extension_point"] == "Filter":
+			r.FilterMs = quantiles(item.Data)
+		case l["Metric"] == "scheduler_scheduling_attempt_duration_seconds" && l["result"] == "scheduled":
+			r.SchedulingAttempt = quantiles(item.Data)
+		}
+	}
+	return nil
+}
+
+func quantiles(data map[string]float64) Quantiles {
+	get := func(k string) float64 {
+		if v, ok := data[k]; ok {
+			return v
+		}
+		return math.NaN()
+	}
+	return Quantiles{Average: get("Average"), P50: get("Perc50"), P90: get("Perc90"), P99: get("Perc99")}
+}
+
+// Row compares the two variants on one workload.
+type Row struct {
+	Workload           string
+	Upstream, DRAScope Run
+	// Ratio is DRAScope's average throughput over upstream's.
+	Ratio float64
+	// DRAScopeFirst tells which variant ran first.
+	DRAScopeFirst bool
+}
+
+// Compare pairs the runs of each workload, in the order they ran. Workloads
+// run by only one variant are reported as an error, listed after the rows.
+func Compare(runs []Run) ([]Row, error) {
+	type pair struct {
+		upstream, drascope *Run
+		order              int
+	}
+	pairs := map[string]*pair{}
+	for i := range runs {
+		r := &runs[i]
+		key := r.TestCase + "/" + r.Workload
+		p, ok := pairs[key]
+		if !ok {
+			p = &pair{order: len(pairs)}
+			pairs[key] = p
+		}
+		switch r.Variant {
+		case Upstream:
+			p.upstream = r
+		case DRAScope:
+			p.drascope = r
+		}
+	}
+	var rows []Row
+	var errs []error
+	for key, p := range pairs {
+		if p.upstream == nil || p.drascope == nil {
+			errs = append(errs, fmt.Errorf("%s: ran with only one variant", key))
+			continue
+		}
+		rows = append(rows, Row{
+			Workload:      key,
+			Upstream:      *p.upstream,
+			DRAScope:      *p.drascope,
+			Ratio:         p.drascope.Throughput.Average / p.upstream.Throughput.Average,
+			DRAScopeFirst: p.drascope.Position == 1,
+		})
+	}
+	sort.Slice(rows, func(i, j int) bool { return pairs[rows[i].Workload].order < pairs[rows[j].Workload].order })
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return rows, errors.Join(errs...)
+}
+
+// WriteMarkdown prints the rows as the two tables of docs/perf.md.
+func WriteMarkdown(w io.Writer, rows []Row) error {
+	var b strings.Builder
+	b.WriteString("| Workload | Upstream pods/s avg (p50/p90) | DRAScope pods/s avg (p50/p90) | DRAScope/upstream | First |\n")
+	b.WriteString("|---|---|---|---|---|\n")
+	for _, r := range rows {
+		first := Upstream
+		if r.DRAScopeFirst {
+			first = DRAScope
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Workload,
+			throughput(r.Upstream.Throughput), throughput(r.DRAScope.Throughput), num(r.Ratio, 3), first)
+	}
+	b.WriteString("\n| Workload | DRA plugin PreFilter p50/p99 ms (upstream; DRAScope) | Filter p50/p99 ms (upstream; DRAScope) | Snapshot delay p50/p99 ms | ResourcePool writes | Peak heap MB (upstream; DRAScope) | Unhealthy devices allocated (upstream; DRAScope) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s; %s | %s; %s | %s | %d | %s; %s | %d; %d |\n", r.Workload,
+			p50p99(r.Upstream.PreFilterMs), p50p99(r.DRAScope.PreFilterMs),
+			p50p99(r.Upstream.FilterMs), p50p99(r.DRAScope.FilterMs),
+			p50p99(r.DRAScope.SnapshotDelayMs), r.DRAScope.ResourcePoolWrites,
+			num(r.Upstream.PeakHeapMB, 0), num(r.DRAScope.PeakHeapMB, 0),
+			r.Upstream.UnhealthyAllocated, r.DRAScope.UnhealthyAllocated)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func throughput(q Quantiles) string {
+	return fmt.Sprintf("%s (%s/%s)", num(q.Average, 1), num(q.P50, 0), num(q.P90, 0))
+}
+
+func p50p99(q Quantiles) string {
+	return num(q.P50, 3) + "/" + num(q.P99, 3)
+}
+
+func num(v float64, decimals int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.*f", decimals, v)
+}

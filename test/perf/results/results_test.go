@@ -1,0 +1,98 @@
+package results
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A result file as scheduler_perf writes it, trimmed to what the report reads.
+const resultJSON = `{"version":"v1","dataItems":[
+ {"data":{"Average":40,"Perc50":41,"Perc90":45,"Perc95":46,"Perc99":47},"unit":"pods/s","labels":{"Metric":"SchedulingThroughput","Name":"x"}},
+ {"data":{"Average":0.3,"Perc50":0.2,"Perc90":0.5,"Perc95":0.6,"Perc99":0.9},"unit":"ms","labels":{"Metric":"drascope_resourcepool_snapshot_delay_seconds"}},
+ {"data":{"Average":100,"Max":180,"Perc50":90},"unit":"MB","labels":{"Metric":"heap_memory_usage"}},
+ {"data":{"Average":1,"Perc50":1.5,"Perc99":4},"unit":"ms","labels":{"Metric":"scheduler_plugin_execution_duration_seconds","plugin":"PLUGIN","extension_point":"PreFilter"}},
+ {"data":{"Average":9,"Perc50":9,"Perc99":9},"unit":"ms","labels":{"Metric":"scheduler_plugin_execution_duration_seconds","plugin":"OTHER","extension_point":"PreFilter"}}
+]}`
+
+func writeRun(t *testing.T, dir string, e IndexEntry, throughput, plugin string) {
+	t.Helper()
+	data := strings.Replace(resultJSON, `"Average":40`, `"Average":`+throughput, 1)
+	data = strings.Replace(data, "PLUGIN", plugin, 1)
+	if err := os.WriteFile(filepath.Join(dir, e.ResultFile), []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := AppendIndex(dir, e); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadAndCompare(t *testing.T) {
+	dir := t.TempDir()
+	// Workload a: upstream first; b: DRAScope first; c: DRAScope only.
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "a", Variant: Upstream, Position: 1, ResultFile: "a-up.json"}, "40", "DynamicResources")
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "a", Variant: DRAScope, Position: 2, ResultFile: "a-ds.json", ResourcePoolWrites: 7}, "39", "DRAScope")
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "b", Variant: DRAScope, Position: 1, ResultFile: "b-ds.json"}, "50", "DRAScope")
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "b", Variant: Upstream, Position: 2, ResultFile: "b-up.json"}, "40", "DynamicResources")
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "c", Variant: DRAScope, Position: 1, ResultFile: "c-ds.json"}, "40", "DRAScope")
+
+	runs, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 5 {
+		t.Fatalf("loaded %d runs, want 5", len(runs))
+	}
+	if got := runs[1].PreFilterMs.P50; got != 1.5 {
+		t.Errorf("DRAScope's PreFilter p50 = %v, want 1.5 (its own plugin's series, not another's)", got)
+	}
+	if got := runs[0].PreFilterMs.P50; got != 1.5 {
+		t.Errorf("upstream's PreFilter p50 = %v, want 1.5 from the DynamicResources series", got)
+	}
+	if got := runs[0].PeakHeapMB; got != 180 {
+		t.Errorf("peak heap = %v, want the Max of heap_memory_usage, 180", got)
+	}
+	if !math.IsNaN(runs[0].FilterMs.P50) {
+		t.Errorf("a figure missing from the result file must be NaN, got %v", runs[0].FilterMs.P50)
+	}
+
+	rows, err := Compare(runs)
+	if err == nil || !strings.Contains(err.Error(), "T/c: ran with only one variant") {
+		t.Errorf("Compare error = %v, want T/c reported", err)
+	}
+	if len(rows) != 2 || rows[0].Workload != "T/a" || rows[1].Workload != "T/b" {
+		t.Fatalf("rows = %+v, want T/a then T/b", rows)
+	}
+	if rows[0].Ratio != 39.0/40 || rows[1].Ratio != 50.0/40 {
+		t.Errorf("ratios = %v, %v; want DRAScope over upstream, 0.975 and 1.25", rows[0].Ratio, rows[1].Ratio)
+	}
+	if rows[0].DRAScopeFirst || !rows[1].DRAScopeFirst {
+		t.Errorf("DRAScopeFirst = %v, %v; want false, true", rows[0].DRAScopeFirst, rows[1].DRAScopeFirst)
+	}
+
+	var out strings.Builder
+	if err := WriteMarkdown(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| T/a | 40.0 (41/45) | 39.0 (41/45) | 0.975 | upstream |",
+		"| T/b | 40.0 (41/45) | 50.0 (41/45) | 1.250 | drascope |",
+		"| T/a | 1.500/4.000; 1.500/4.000 | –/–; –/– | 0.200/0.900 | 7 | 180; 180 | 0; 0 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestLoadRejectsBrokenIndex(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, IndexFile), []byte("{\"testCase\":\"T\"}\nnot json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("Load error = %v, want one naming line 2", err)
+	}
+}
