@@ -45,6 +45,9 @@ type PoolStatusArgs struct {
 	// MinPublishInterval is the least time between two writes of one
 	// ResourcePool; changes in between are coalesced.
 	MinPublishInterval metav1.Duration
+	// MaxWritesPerSecond bounds the publisher's ResourcePool writes across
+	// all pools.
+	MaxWritesPerSecond int32
 }
 
 // DeviceHealthPolicy says what the scheduler does with devices that kubelet

@@ -50,6 +50,8 @@ type ConflictReporter func(ctx context.Context, pool drausage.PoolID, message st
 type Options struct {
 	// MinInterval is the least time between two writes of one pool's object.
 	MinInterval time.Duration
+	// MaxWritesPerSecond, when positive, bounds the writes across all pools.
+	MaxWritesPerSecond int32
 	// Synced reports whether the source has seen every existing slice and
 	// claim; orphaned objects are deleted only after that.
 	Synced func() bool
@@ -104,6 +106,9 @@ func New(source Source, client dynamic.Interface, opts Options) *Publisher {
 		client: client.Resource(v1alpha1.Resource),
 		opts:   opts,
 		clock:  c,
+	}
+	if opts.MaxWritesPerSecond > 0 {
+		p.client = newThrottledWrites(p.client, opts.MaxWritesPerSecond)
 	}
 	p.resetLocked(nil)
 	source.Subscribe(func(changed []drausage.PoolID) {

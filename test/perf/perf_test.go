@@ -212,22 +212,43 @@ func unhealthyDevicesHandedOut(ctx context.Context, client kubernetes.Interface)
 	return n, nil
 }
 
+// poolProgressTimeout is how long waitForResourcePools waits for the number
+// of differing pools to shrink. The publisher's write budget
+// (poolStatus.maxWritesPerSecond) makes catching up take minutes on the big
+// workloads, so a fixed deadline would be either too short there or far too
+// long for a publisher that is stuck.
+const poolProgressTimeout = time.Minute
+
 // waitForResourcePools waits until every pool's ResourcePool counts as
-// allocated exactly the devices the claims hold.
+// allocated exactly the devices the claims hold, for as long as that keeps
+// getting closer.
 func waitForResourcePools(tCtx ktesting.TContext) error {
 	client, err := dynamic.NewForConfig(tCtx.RESTConfig())
 	if err != nil {
 		return err
 	}
 	var diffs []string
-	err = wait.PollUntilContextTimeout(tCtx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	fewest, lastProgress := -1, time.Now()
+	err = wait.PollUntilContextCancel(tCtx, time.Second, true, func(ctx context.Context) (bool, error) {
 		diffs, err = comparePools(ctx, tCtx.Client(), client.Resource(v1alpha1.Resource))
-		return err == nil && len(diffs) == 0, err
+		if err != nil {
+			return false, err
+		}
+		if fewest < 0 || len(diffs) < fewest {
+			fewest, lastProgress = len(diffs), time.Now()
+		}
+		if len(diffs) > 0 && time.Since(lastProgress) > poolProgressTimeout {
+			return false, fmt.Errorf("no progress for %v, %d pools still differ", poolProgressTimeout, len(diffs))
+		}
+		return len(diffs) == 0, nil
 	})
 	if len(diffs) > 5 {
 		diffs = append(diffs[:5], fmt.Sprintf("and %d more", len(diffs)-5))
 	}
 	if len(diffs) > 0 {
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, strings.Join(diffs, "; "))
+		}
 		return errors.New(strings.Join(diffs, "; "))
 	}
 	return err

@@ -54,7 +54,7 @@ profiles:
 }
 
 var (
-	defaultPoolStatus   = config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}}
+	defaultPoolStatus   = config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5}
 	defaultDeviceHealth = config.DeviceHealthArgs{Policy: config.DeviceHealthAvoid, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}}
 )
 
@@ -84,6 +84,7 @@ func TestLoadArgs(t *testing.T) {
       poolStatus:
         publishResourcePools: false
         minPublishInterval: 250ms
+        maxWritesPerSecond: 20
       deviceHealth:
         policy: Ignore
         unhealthyHoldTime: 90s
@@ -92,7 +93,7 @@ func TestLoadArgs(t *testing.T) {
 				FilterTimeout:  &metav1.Duration{Duration: 3 * time.Second},
 				BindingTimeout: &metav1.Duration{Duration: 2 * time.Minute},
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: false},
-				PoolStatus:     config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: 250 * time.Millisecond}},
+				PoolStatus:     config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: 250 * time.Millisecond}, MaxWritesPerSecond: 20},
 				DeviceHealth:   config.DeviceHealthArgs{Policy: config.DeviceHealthIgnore, UnhealthyHoldTime: metav1.Duration{Duration: 90 * time.Second}},
 			},
 		},

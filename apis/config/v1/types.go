@@ -58,6 +58,13 @@ type PoolStatusArgs struct {
 	// Default 1s; must be positive.
 	// +optional
 	MinPublishInterval *metav1.Duration `json:"minPublishInterval,omitempty"`
+	// MaxWritesPerSecond bounds the publisher's ResourcePool writes
+	// (creates, status updates, deletes) across all pools, so that its load
+	// on the apiserver does not grow with the number of busy pools. Pools
+	// waiting for their turn are coalesced: each gets its latest snapshot.
+	// Default 5; must be at least 1.
+	// +optional
+	MaxWritesPerSecond *int32 `json:"maxWritesPerSecond,omitempty"`
 }
 
 // DeviceHealthPolicy says what the scheduler does with devices that kubelet

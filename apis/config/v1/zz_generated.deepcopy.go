@@ -119,6 +119,11 @@ func (in *PoolStatusArgs) DeepCopyInto(out *PoolStatusArgs) {
 		*out = new(metav1.Duration)
 		**out = **in
 	}
+	if in.MaxWritesPerSecond != nil {
+		in, out := &in.MaxWritesPerSecond, &out.MaxWritesPerSecond
+		*out = new(int32)
+		**out = **in
+	}
 	return
 }
 

@@ -27,6 +27,10 @@ func ValidateDRAScopeArgs(path *field.Path, args *config.DRAScopeArgs, fts featu
 		allErrs = append(allErrs, field.Invalid(path.Child("poolStatus", "minPublishInterval"),
 			args.PoolStatus.MinPublishInterval.Duration.String(), "must be positive"))
 	}
+	if args.PoolStatus.MaxWritesPerSecond < 1 {
+		allErrs = append(allErrs, field.Invalid(path.Child("poolStatus", "maxWritesPerSecond"),
+			args.PoolStatus.MaxWritesPerSecond, "must be at least 1"))
+	}
 	switch args.DeviceHealth.Policy {
 	case config.DeviceHealthAvoid, config.DeviceHealthIgnore:
 	default:

@@ -21,6 +21,7 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 	tests := map[string]struct {
 		args             config.DRAScopeArgs
 		keepZeroInterval bool
+		keepZeroWrites   bool
 		keepZeroHealth   bool
 		fts              feature.Features
 		wantErrs         []string
@@ -35,6 +36,12 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 			args:     config.DRAScopeArgs{PoolStatus: config.PoolStatusArgs{MinPublishInterval: metav1.Duration{Duration: -time.Second}}},
 			fts:      allGates,
 			wantErrs: []string{`pluginConfig[DRAScope].args.poolStatus.minPublishInterval: Invalid value: "-1s": must be positive`},
+		},
+		"zero maxWritesPerSecond": {
+			args:           config.DRAScopeArgs{},
+			keepZeroWrites: true,
+			fts:            allGates,
+			wantErrs:       []string{`pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: Invalid value: 0: must be at least 1`},
 		},
 		"valid": {
 			args: config.DRAScopeArgs{
@@ -89,6 +96,9 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if tc.args.PoolStatus.MinPublishInterval.Duration == 0 && !tc.keepZeroInterval {
 				tc.args.PoolStatus.MinPublishInterval.Duration = time.Second
+			}
+			if tc.args.PoolStatus.MaxWritesPerSecond == 0 && !tc.keepZeroWrites {
+				tc.args.PoolStatus.MaxWritesPerSecond = 5
 			}
 			if !tc.keepZeroHealth {
 				if tc.args.DeviceHealth.Policy == "" {

@@ -83,12 +83,13 @@ func stateFor(ctx context.Context, fh fwk.Handle, args *config.DRAScopeArgs) (*s
 			return nil, fmt.Errorf("%s: ResourcePool client: %w", Name, err)
 		}
 		publisher := poolpublisher.New(cache, client, poolpublisher.Options{
-			MinInterval:      args.PoolStatus.MinPublishInterval.Duration,
-			Synced:           synced,
-			Observe:          poolmetrics.ObserveSync,
-			ObservePublished: poolmetrics.ObservePublished,
-			ObserveWrite:     poolmetrics.ObserveWrite,
-			ReportConflict:   conflictEvents(fh, factory),
+			MinInterval:        args.PoolStatus.MinPublishInterval.Duration,
+			MaxWritesPerSecond: args.PoolStatus.MaxWritesPerSecond,
+			Synced:             synced,
+			Observe:            poolmetrics.ObserveSync,
+			ObservePublished:   poolmetrics.ObservePublished,
+			ObserveWrite:       poolmetrics.ObserveWrite,
+			ReportConflict:     conflictEvents(fh, factory),
 		})
 		if err := poolpublisher.RunWhileLeading(ctx, fh.ClientSet(), publisher.Run); err != nil {
 			return nil, fmt.Errorf("%s: %w", Name, err)
