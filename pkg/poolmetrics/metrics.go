@@ -15,34 +15,37 @@ import (
 	"github.com/drascope/drascope/pkg/poolcache"
 )
 
+// The metrics without labels are vectors of no labels all the same: only
+// vectors are reset by legacyregistry.Reset, which kube-apiserver-style
+// /metrics resets and scheduler_perf (between workloads) rely on.
 var (
 	// SyncDuration: how long one ResourcePool sync took (KEP-5677 name).
-	SyncDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+	SyncDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
 		Name:           "resourcepool_controller_sync_duration_seconds",
 		Help:           "Time taken to sync one ResourcePool object with its pool's snapshot.",
 		Buckets:        metrics.ExponentialBuckets(0.001, 2, 15),
 		StabilityLevel: metrics.ALPHA,
-	})
+	}, nil)
 	// SyncErrors: failed ResourcePool syncs (KEP-5677 name).
-	SyncErrors = metrics.NewCounter(&metrics.CounterOpts{
+	SyncErrors = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "resourcepool_controller_sync_errors_total",
 		Help:           "Number of ResourcePool syncs that failed and were retried with backoff.",
 		StabilityLevel: metrics.ALPHA,
-	})
+	}, nil)
 	// SnapshotDelay: from an allocation change to the snapshot showing it.
-	SnapshotDelay = metrics.NewHistogram(&metrics.HistogramOpts{
+	SnapshotDelay = metrics.NewHistogramVec(&metrics.HistogramOpts{
 		Name:           "drascope_resourcepool_snapshot_delay_seconds",
 		Help:           "Delay between a change to a pool's slices or allocations (including in-flight allocations) and the side-cache snapshot that reflects it.",
 		Buckets:        metrics.ExponentialBuckets(0.0001, 2, 18),
 		StabilityLevel: metrics.ALPHA,
-	})
+	}, nil)
 	// PublishDelay: from an allocation change to the ResourcePool write.
-	PublishDelay = metrics.NewHistogram(&metrics.HistogramOpts{
+	PublishDelay = metrics.NewHistogramVec(&metrics.HistogramOpts{
 		Name:           "drascope_resourcepool_publish_delay_seconds",
 		Help:           "Delay between the oldest change a ResourcePool status write reflects and that write; includes poolStatus.minPublishInterval coalescing.",
 		Buckets:        metrics.ExponentialBuckets(0.001, 2, 16),
 		StabilityLevel: metrics.ALPHA,
-	})
+	}, nil)
 	// Writes: ResourcePool API writes by verb, the publisher's load on the
 	// apiserver.
 	Writes = metrics.NewCounterVec(&metrics.CounterOpts{
@@ -51,12 +54,12 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"verb"})
 	// RecomputeDuration: computing one pool's snapshot.
-	RecomputeDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+	RecomputeDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
 		Name:           "drascope_resourcepool_recompute_duration_seconds",
 		Help:           "Time taken to recompute one pool's snapshot in the side cache.",
 		Buckets:        metrics.ExponentialBuckets(0.00001, 2, 18),
 		StabilityLevel: metrics.ALPHA,
-	})
+	}, nil)
 
 	devicesDesc = metrics.NewDesc("drascope_resourcepool_devices",
 		"Devices of a pool by state (Available, Allocated, PartiallyAllocated, Unavailable), as the scheduler sees them. PartiallyAllocated devices are counted under Allocated too.",
@@ -88,8 +91,8 @@ func Register(cache *poolcache.Cache) {
 
 // ObserveRecompute is a poolcache.Options.Observe function.
 func ObserveRecompute(_ drausage.PoolID, _ int, compute, delay time.Duration) {
-	RecomputeDuration.Observe(compute.Seconds())
-	SnapshotDelay.Observe(delay.Seconds())
+	RecomputeDuration.WithLabelValues().Observe(compute.Seconds())
+	SnapshotDelay.WithLabelValues().Observe(delay.Seconds())
 }
 
 // ObserveWrite is a poolpublisher.Options.ObserveWrite function.
@@ -99,9 +102,9 @@ func ObserveWrite(verb string) {
 
 // ObserveSync is a poolpublisher.Options.Observe function.
 func ObserveSync(duration time.Duration, err error) {
-	SyncDuration.Observe(duration.Seconds())
+	SyncDuration.WithLabelValues().Observe(duration.Seconds())
 	if err != nil {
-		SyncErrors.Inc()
+		SyncErrors.WithLabelValues().Inc()
 	}
 }
 
@@ -160,5 +163,5 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 
 // ObservePublished is a poolpublisher.Options.ObservePublished function.
 func ObservePublished(delay time.Duration) {
-	PublishDelay.Observe(delay.Seconds())
+	PublishDelay.WithLabelValues().Observe(delay.Seconds())
 }
