@@ -85,19 +85,26 @@ test-integration: build tools ## Integration tests on real etcd + kube-apiserver
 # PERF_TMPDIR, memory where the machine has /dev/shm: on disk, a stalled
 # fsync (seen: 1.2 s) can cut one run's throughput tenfold and say nothing
 # about either scheduler.
+#
+# PERF_WORKLOADS narrows a run to the workloads whose sub-benchmark name
+# (TestCase_workload) matches, as go test -bench does; PERF_FLAGS passes
+# harness flags, e.g. -perf-pairs=5 to run each workload five times with each
+# scheduler. For instance, the noise study of docs/perf.md:
+#   make perf PERF_WORKLOADS=SchedulingWithResourceClaimTemplate_2000pods_200nodes PERF_FLAGS=-perf-pairs=5 PERF_OUT=_output/perf-pairs
 PERF_OUT     ?= $(CURDIR)/_output/perf
 PERF_TMPDIR  ?= $(if $(wildcard /dev/shm/.),/dev/shm,$(or $(TMPDIR),/tmp))
 PERF_TIMEOUT ?= 6h
 PERF_FLAGS   ?=
+PERF_WORKLOADS ?=
 
 # run-perf <set> <label filter>
 define run-perf
-	rm -rf $(PERF_OUT)/$(1) && mkdir -p $(PERF_OUT)/$(1)
-	@echo "scheduler_perf: $(1) workloads; log in $(PERF_OUT)/$(1)/output.log"
-	cd test/perf && PATH=$(BIN):$$PATH TMPDIR=$(PERF_TMPDIR) $(GO) test . -run '^$$' -bench BenchmarkPerfScheduling -benchtime 1x -timeout $(PERF_TIMEOUT) \
-		-args -perf-scheduling-label-filter=$(2) -data-items-dir=$(PERF_OUT)/$(1) $(PERF_FLAGS) >$(PERF_OUT)/$(1)/output.log 2>&1 || \
-		{ grep -E -B2 -A8 -- '^\s*--- FAIL|ERROR|Error running' $(PERF_OUT)/$(1)/output.log | tail -n 120; echo "scheduler_perf failed; full log: $(PERF_OUT)/$(1)/output.log"; exit 1; }
-	$(GO) run ./test/perf/report $(PERF_OUT)/$(1) | tee $(PERF_OUT)/$(1)/table.md
+	rm -rf $(abspath $(PERF_OUT))/$(1) && mkdir -p $(abspath $(PERF_OUT))/$(1)
+	@echo "scheduler_perf: $(1) workloads; log in $(abspath $(PERF_OUT))/$(1)/output.log"
+	cd test/perf && PATH=$(BIN):$$PATH TMPDIR=$(PERF_TMPDIR) $(GO) test . -run '^$$' -bench 'BenchmarkPerfScheduling$(if $(PERF_WORKLOADS),/$(PERF_WORKLOADS))' -benchtime 1x -timeout $(PERF_TIMEOUT) \
+		-args -perf-scheduling-label-filter=$(2) -data-items-dir=$(abspath $(PERF_OUT))/$(1) $(PERF_FLAGS) >$(abspath $(PERF_OUT))/$(1)/output.log 2>&1 || \
+		{ grep -E -B2 -A8 -- '^\s*--- FAIL|ERROR|Error running' $(abspath $(PERF_OUT))/$(1)/output.log | tail -n 120; echo "scheduler_perf failed; full log: $(abspath $(PERF_OUT))/$(1)/output.log"; exit 1; }
+	$(GO) run ./test/perf/report $(abspath $(PERF_OUT))/$(1) | tee $(abspath $(PERF_OUT))/$(1)/table.md
 endef
 
 perf: $(BIN)/etcd ## scheduler_perf performance workloads, upstream vs DRAScope (long; the table of docs/perf.md).

@@ -53,6 +53,10 @@ type variant struct {
 	schedulerConfig string
 }
 
+// pairs is how often each workload runs per variant. One pair is what `make
+// perf` runs; more show how much of a difference is noise (docs/perf.md).
+var pairs = flag.Int("perf-pairs", 1, "run each selected workload this many times with each scheduler, alternating which goes first; the report gives the median pair")
+
 func TestMain(m *testing.M) {
 	if err := perf.InitTests(); err != nil {
 		fmt.Fprintf(os.Stderr, "%v\n", err)
@@ -64,10 +68,11 @@ func TestMain(m *testing.M) {
 }
 
 // BenchmarkPerfScheduling runs each workload selected by
-// -perf-scheduling-label-filter once per variant, alternating which variant
-// goes first so that neither always runs on a warm machine. Each run writes
-// scheduler_perf's JSON into -data-items-dir, and a line into results.IndexFile
-// there naming it.
+// -perf-scheduling-label-filter once per variant (-perf-pairs times),
+// alternating which variant goes first, from one workload to the next and
+// from one pair to the next, so that neither always runs on a warm machine.
+// Each run writes scheduler_perf's JSON into -data-items-dir, and a line into
+// results.IndexFile there naming it.
 func BenchmarkPerfScheduling(b *testing.B) {
 	dir := flag.Lookup("data-items-dir").Value.String()
 	if dir == "" {
@@ -85,24 +90,29 @@ func BenchmarkPerfScheduling(b *testing.B) {
 	perf.PerfSchedulingLabelFilter = ""
 	b.Cleanup(func() { perf.PerfSchedulingLabelFilter = filter })
 
-	for i, u := range units {
-		order := slices.Clone(variants)
-		if i%2 == 1 {
-			slices.Reverse(order)
-		}
-		b.Run(u.testCase+"_"+u.workload, func(b *testing.B) {
-			for position, v := range order {
-				b.Run(v.name, func(b *testing.B) {
-					runOnce(b, dir, u, v, position+1)
-				})
+	if *pairs < 1 {
+		b.Fatalf("-perf-pairs=%d: want at least 1", *pairs)
+	}
+	for pair := 1; pair <= *pairs; pair++ {
+		for i, u := range units {
+			order := slices.Clone(variants)
+			if (i+pair)%2 == 0 {
+				slices.Reverse(order)
 			}
-		})
+			b.Run(u.testCase+"_"+u.workload, func(b *testing.B) {
+				for position, v := range order {
+					b.Run(v.name, func(b *testing.B) {
+						runOnce(b, dir, u, v, pair, position+1)
+					})
+				}
+			})
+		}
 	}
 }
 
 // runOnce runs one workload with one variant and records the run in the
 // index.
-func runOnce(b *testing.B, dir string, u unit, v variant, position int) {
+func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 	config, err := u.configFor(b.TempDir(), v)
 	if err != nil {
 		b.Fatal(err)
@@ -111,7 +121,7 @@ func runOnce(b *testing.B, dir string, u unit, v variant, position int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	entry := results.IndexEntry{TestCase: u.testCase, Workload: u.workload, Variant: v.name, Position: position}
+	entry := results.IndexEntry{TestCase: u.testCase, Workload: u.workload, Variant: v.name, Pair: pair, Position: position}
 	start := time.Now()
 	perf.RunBenchmarkPerfScheduling(b, config, v.name, registry(), perf.WithPrepareFn(func(tCtx ktesting.TContext) error {
 		// Runs before scheduler_perf's own cleanup, which resets the metrics

@@ -30,6 +30,9 @@ type IndexEntry struct {
 	TestCase string `json:"testCase"`
 	Workload string `json:"workload"`
 	Variant  string `json:"variant"`
+	// Pair numbers the runs of a workload with -perf-pairs, from 1; an
+	// index without it (0) has one pair.
+	Pair int `json:"pair,omitempty"`
 	// Position is 1 when the variant ran first for this workload, 2 second.
 	Position int `json:"position"`
 	// ResultFile is scheduler_perf's JSON file, in the same directory.
@@ -159,58 +162,92 @@ func quantiles(data map[string]float64) Quantiles {
 
 // Row compares the two variants on one workload.
 type Row struct {
-	Workload           string
+	Workload string
+	// Upstream and DRAScope are the median pair's runs: the only pair when
+	// the workload ran once per variant, else the pair whose ratio is the
+	// median (the lower middle one for an even number of pairs).
 	Upstream, DRAScope Run
-	// Ratio is DRAScope's average throughput over upstream's.
+	// Ratio is the median pair's DRAScope average throughput over
+	// upstream's.
 	Ratio float64
-	// DRAScopeFirst tells which variant ran first.
+	// DRAScopeFirst tells which variant ran first in the median pair.
 	DRAScopeFirst bool
+	// Ratios are every pair's ratios, lowest first.
+	Ratios []float64
 }
 
-// Compare pairs the runs of each workload, in the order they ran. Workloads
-// run by only one variant are reported as an error, listed after the rows.
+// Compare pairs the runs of each workload, in the order they ran. Pairs that
+// lack a variant are reported as an error, listed after the rows.
 func Compare(runs []Run) ([]Row, error) {
 	type pair struct {
 		upstream, drascope *Run
-		order              int
 	}
-	pairs := map[string]*pair{}
+	type workload struct {
+		order int
+		pairs map[int]*pair
+	}
+	workloads := map[string]*workload{}
 	for i := range runs {
 		r := &runs[i]
 		key := r.TestCase + "/" + r.Workload
-		p, ok := pairs[key]
+		w, ok := workloads[key]
 		if !ok {
-			p = &pair{order: len(pairs)}
-			pairs[key] = p
+			w = &workload{order: len(workloads), pairs: map[int]*pair{}}
+			workloads[key] = w
+		}
+		n := max(r.Pair, 1)
+		if w.pairs[n] == nil {
+			w.pairs[n] = &pair{}
 		}
 		switch r.Variant {
 		case Upstream:
-			p.upstream = r
+			w.pairs[n].upstream = r
 		case DRAScope:
-			p.drascope = r
+			w.pairs[n].drascope = r
 		}
 	}
 	var rows []Row
 	var errs []error
-	for key, p := range pairs {
-		if p.upstream == nil || p.drascope == nil {
-			errs = append(errs, fmt.Errorf("%s: ran with only one variant", key))
+	for key, w := range workloads {
+		var complete []Row
+		for n, p := range w.pairs {
+			if p.upstream == nil || p.drascope == nil {
+				name := key
+				if len(w.pairs) > 1 {
+					name = fmt.Sprintf("%s pair %d", key, n)
+				}
+				errs = append(errs, fmt.Errorf("%s: ran with only one variant", name))
+				continue
+			}
+			complete = append(complete, Row{
+				Workload:      key,
+				Upstream:      *p.upstream,
+				DRAScope:      *p.drascope,
+				Ratio:         p.drascope.Throughput.Average / p.upstream.Throughput.Average,
+				DRAScopeFirst: p.drascope.Position == 1,
+			})
+		}
+		if len(complete) == 0 {
 			continue
 		}
-		rows = append(rows, Row{
-			Workload:      key,
-			Upstream:      *p.upstream,
-			DRAScope:      *p.drascope,
-			Ratio:         p.drascope.Throughput.Average / p.upstream.Throughput.Average,
-			DRAScopeFirst: p.drascope.Position == 1,
+		// NaN ratios (no throughput measured) sort first.
+		sort.Slice(complete, func(i, j int) bool {
+			return complete[i].Ratio < complete[j].Ratio || math.IsNaN(complete[i].Ratio) && !math.IsNaN(complete[j].Ratio)
 		})
+		row := complete[(len(complete)-1)/2]
+		for _, c := range complete {
+			row.Ratios = append(row.Ratios, c.Ratio)
+		}
+		rows = append(rows, row)
 	}
-	sort.Slice(rows, func(i, j int) bool { return pairs[rows[i].Workload].order < pairs[rows[j].Workload].order })
+	sort.Slice(rows, func(i, j int) bool { return workloads[rows[i].Workload].order < workloads[rows[j].Workload].order })
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return rows, errors.Join(errs...)
 }
 
-// WriteMarkdown prints the rows as the two tables of docs/perf.md.
+// WriteMarkdown prints the rows as the two tables of docs/perf.md. A
+// workload run in several pairs shows its median pair, and the range of the
+// ratios beside the median.
 func WriteMarkdown(w io.Writer, rows []Row) error {
 	var b strings.Builder
 	b.WriteString("| Workload | Upstream pods/s avg (p50/p90) | DRAScope pods/s avg (p50/p90) | DRAScope/upstream | First |\n")
@@ -220,8 +257,12 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 		if r.DRAScopeFirst {
 			first = DRAScope
 		}
+		ratio := num(r.Ratio, 3)
+		if len(r.Ratios) > 1 {
+			ratio = fmt.Sprintf("%s (%d pairs: %s–%s)", ratio, len(r.Ratios), num(r.Ratios[0], 3), num(r.Ratios[len(r.Ratios)-1], 3))
+		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Workload,
-			throughput(r.Upstream.Throughput), throughput(r.DRAScope.Throughput), num(r.Ratio, 3), first)
+			throughput(r.Upstream.Throughput), throughput(r.DRAScope.Throughput), ratio, first)
 	}
 	b.WriteString("\n| Workload | DRA plugin PreFilter p50/p99 ms (upstream; DRAScope) | Filter p50/p99 ms (upstream; DRAScope) | Snapshot delay p50/p99 ms | ResourcePool writes | Peak heap MB (upstream; DRAScope) | Unhealthy devices allocated (upstream; DRAScope) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")

@@ -1,9 +1,11 @@
 package results
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -94,5 +96,58 @@ func TestLoadRejectsBrokenIndex(t *testing.T) {
 	}
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("Load error = %v, want one naming line 2", err)
+	}
+}
+
+func TestComparePairs(t *testing.T) {
+	dir := t.TempDir()
+	// Three pairs of T/a with ratios 1.2, 0.8 and 1.0 (DRAScope first in the
+	// second pair); a fourth pair lost its upstream run.
+	for _, p := range []struct {
+		pair               int
+		upstream, drascope string
+		drascopeFirst      bool
+	}{{1, "50", "60", false}, {2, "50", "40", true}, {3, "40", "40", false}} {
+		up, ds := 1, 2
+		if p.drascopeFirst {
+			up, ds = 2, 1
+		}
+		writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "a", Variant: Upstream, Pair: p.pair, Position: up,
+			ResultFile: fmt.Sprintf("a-up-%d.json", p.pair)}, p.upstream, "DynamicResources")
+		writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "a", Variant: DRAScope, Pair: p.pair, Position: ds,
+			ResultFile: fmt.Sprintf("a-ds-%d.json", p.pair), ResourcePoolWrites: p.pair}, p.drascope, "DRAScope")
+	}
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "a", Variant: DRAScope, Pair: 4, Position: 1, ResultFile: "a-ds-4.json"}, "10", "DRAScope")
+
+	runs, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := Compare(runs)
+	if err == nil || !strings.Contains(err.Error(), "T/a pair 4: ran with only one variant") {
+		t.Errorf("Compare error = %v, want the incomplete pair 4 reported", err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("rows = %+v, want one for T/a", rows)
+	}
+	r := rows[0]
+	if r.Ratio != 1.0 || r.Upstream.Pair != 3 || r.DRAScope.Pair != 3 {
+		t.Errorf("median pair: ratio %v, pairs %d/%d; want 1.0 from pair 3", r.Ratio, r.Upstream.Pair, r.DRAScope.Pair)
+	}
+	if want := []float64{0.8, 1.0, 1.2}; !slices.Equal(r.Ratios, want) {
+		t.Errorf("ratios = %v, want %v", r.Ratios, want)
+	}
+
+	var out strings.Builder
+	if err := WriteMarkdown(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| T/a | 40.0 (41/45) | 40.0 (41/45) | 1.000 (3 pairs: 0.800–1.200) | upstream |",
+		"| T/a | 1.500/4.000; 1.500/4.000 | –/–; –/– | 0.200/0.900 | 3 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
 	}
 }
