@@ -162,6 +162,9 @@ func (pl *DRAScope) Name() string {
 // PreFilter writes; refusing before it would turn a clear "unschedulable"
 // into a PostFilter error. Both run before anything is reserved.
 func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if pl.withheld != nil {
+		state.Write(withheldStateKey, &withheldDevices{})
+	}
 	result, status := pl.DynamicResources.PreFilter(ctx, state, pod, nodes)
 	if !status.IsSuccess() || !pl.enabled {
 		return result, status

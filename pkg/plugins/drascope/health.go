@@ -29,7 +29,7 @@ func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	if !status.IsRejected() || pl.withheld == nil {
 		return status
 	}
-	note := pl.withheldNote(nodeInfo.Node())
+	note := pl.withheldIn(state).note(pl, nodeInfo.Node())
 	if note == "" {
 		return status
 	}
@@ -37,22 +37,69 @@ func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	return fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
 }
 
-// withheldNote describes the Unhealthy devices that node can reach: those
-// reported from the node, and those of pools not tied to one node.
-func (pl *DRAScope) withheldNote(node *v1.Node) string {
+// withheldStateKey holds a scheduling cycle's withheldDevices.
+const withheldStateKey fwk.StateKey = Name + "/withheld"
+
+// withheldDevices are the Unhealthy devices as one scheduling cycle sees
+// them, grouped by the node that reports them. Filter runs for every node,
+// and a pod that does not fit is refused by most of them: scanning every
+// Unhealthy device for each refusal cost a fifth of the scheduler's CPU in
+// scheduler_perf's UnhealthyDevices workload (docs/perf.md). The grouping is
+// made once, at the cycle's first refusal; Filter runs in parallel, hence
+// the sync.Once.
+type withheldDevices struct {
+	once sync.Once
+	// byNode are the node-local devices; anyNode those of pools not tied
+	// to one node, which every node can reach. Each is sorted by device.
+	byNode  map[string][]health.Report
+	anyNode []health.Report
+}
+
+// Clone shares the grouping: it is computed once and then only read.
+func (w *withheldDevices) Clone() fwk.StateData { return w }
+
+// withheldIn returns the cycle's withheldDevices, written by PreFilter, or a
+// fresh one for a Filter called without it.
+func (pl *DRAScope) withheldIn(state fwk.CycleState) *withheldDevices {
+	if state != nil {
+		if data, err := state.Read(withheldStateKey); err == nil {
+			if w, ok := data.(*withheldDevices); ok {
+				return w
+			}
+		}
+	}
+	return &withheldDevices{}
+}
+
+// note describes the Unhealthy devices that node can reach: those reported
+// from the node, and those of pools not tied to one node.
+func (w *withheldDevices) note(pl *DRAScope, node *v1.Node) string {
 	if node == nil {
 		return ""
 	}
-	var reachable []health.Report
-	for _, r := range pl.shared.health.Unhealthy() {
-		if r.Node == node.Name || pl.networkAttached(r.Device) {
-			reachable = append(reachable, r)
+	w.once.Do(func() {
+		w.byNode = map[string][]health.Report{}
+		for _, r := range pl.shared.health.Unhealthy() {
+			if pl.networkAttached(r.Device) {
+				w.anyNode = append(w.anyNode, r)
+			} else {
+				w.byNode[r.Node] = append(w.byNode[r.Node], r)
+			}
 		}
+		byDevice := func(a, b health.Report) int { return strings.Compare(a.Device.String(), b.Device.String()) }
+		slices.SortFunc(w.anyNode, byDevice)
+		for _, reports := range w.byNode {
+			slices.SortFunc(reports, byDevice)
+		}
+	})
+	reachable := w.byNode[node.Name]
+	if len(w.anyNode) > 0 {
+		reachable = slices.SortedFunc(slices.Values(slices.Concat(reachable, w.anyNode)),
+			func(a, b health.Report) int { return strings.Compare(a.Device.String(), b.Device.String()) })
 	}
 	if len(reachable) == 0 {
 		return ""
 	}
-	slices.SortFunc(reachable, func(a, b health.Report) int { return strings.Compare(a.Device.String(), b.Device.String()) })
 	parts := make([]string, 0, maxWithheldInMessage+1)
 	for i, r := range reachable {
 		if i == maxWithheldInMessage {

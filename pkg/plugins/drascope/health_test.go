@@ -3,6 +3,7 @@ package drascope
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/drascope/drascope/pkg/health"
+	"github.com/drascope/drascope/pkg/poolcache"
 )
 
 // allocatedTracker stands in for the scheduler's claim tracker in what
@@ -151,5 +153,32 @@ func BenchmarkAllocatedState(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	// node-0: gpu-0..gpu-7 Unhealthy; node-1: gpu-0, gpu-1.
+	pl := &DRAScope{shared: &schedulerState{
+		health: healthCacheWithUnhealthy(logger, 0, 10),
+		pools:  poolcache.New(poolcache.Options{}),
+	}}
+	node := func(name string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	cycle := &withheldDevices{}
+
+	got := cycle.note(pl, node("node-1"))
+	for _, want := range []string{"gpu.example.com/node-1/gpu-0 (", "gpu.example.com/node-1/gpu-1 ("} {
+		if !strings.Contains(got, want) {
+			t.Errorf("note for node-1 = %q, want it to name %s", got, want)
+		}
+	}
+	if strings.Contains(got, "node-0") {
+		t.Errorf("note for node-1 = %q names node-0's devices", got)
+	}
+	if got := cycle.note(pl, node("node-0")); !strings.Contains(got, "node-0/gpu-2 (") || !strings.HasSuffix(got, "and 5 more") {
+		t.Errorf("note for node-0 = %q, want gpu-0..gpu-2 named and 5 more", got)
+	}
+	if got := cycle.note(pl, node("node-2")); got != "" {
+		t.Errorf("note for node-2, which reported nothing = %q, want none", got)
 	}
 }
