@@ -43,7 +43,7 @@ const withheldStateKey fwk.StateKey = Name + "/withheld"
 // withheldDevices are the Unhealthy devices as one scheduling cycle sees
 // them, grouped by the node that reports them. Filter runs for every node,
 // and a pod that does not fit is refused by most of them: scanning every
-// Unhealthy device for each refusal cost a fifth of the scheduler's CPU in
+// Unhealthy device for each refusal cost a fifth of the test process's CPU in
 // scheduler_perf's UnhealthyDevices workload (docs/perf.md). The grouping is
 // made once, at the cycle's first refusal; Filter runs in parallel, hence
 // the sync.Once.
@@ -86,7 +86,6 @@ func (w *withheldDevices) note(pl *DRAScope, node *v1.Node) string {
 				w.byNode[r.Node] = append(w.byNode[r.Node], r)
 			}
 		}
-		byDevice := func(a, b health.Report) int { return strings.Compare(a.Device.String(), b.Device.String()) }
 		slices.SortFunc(w.anyNode, byDevice)
 		for _, reports := range w.byNode {
 			slices.SortFunc(reports, byDevice)
@@ -94,8 +93,8 @@ func (w *withheldDevices) note(pl *DRAScope, node *v1.Node) string {
 	})
 	reachable := w.byNode[node.Name]
 	if len(w.anyNode) > 0 {
-		reachable = slices.SortedFunc(slices.Values(slices.Concat(reachable, w.anyNode)),
-			func(a, b health.Report) int { return strings.Compare(a.Device.String(), b.Device.String()) })
+		reachable = slices.Concat(reachable, w.anyNode)
+		slices.SortFunc(reachable, byDevice)
 	}
 	if len(reachable) == 0 {
 		return ""
@@ -109,6 +108,10 @@ func (w *withheldDevices) note(pl *DRAScope, node *v1.Node) string {
 		parts = append(parts, fmt.Sprintf("%s (%s)", r.Device, r.Detail()))
 	}
 	return "had devices withheld because kubelet reported them Unhealthy: " + strings.Join(parts, ", ")
+}
+
+func byDevice(a, b health.Report) int {
+	return strings.Compare(a.Device.String(), b.Device.String())
 }
 
 // networkAttached reports whether a device's pool is not tied to one node.
