@@ -271,9 +271,16 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 	s.addSlice(node+"-a", pool, &node, gpuNames(0, allocations/2)...)
 	s.addSlice(node+"-b", pool, &node, gpuNames(allocations/2, allocations)...)
 	name := poolObjectName(t, node)
-	s.waitForResourcePool(name, "all devices available", summaryIs(allocations, 0, allocations, 0))
+	// Read before any write the watch below can see; a counter not yet
+	// written is absent (-1) and counts as 0.
+	updatesBefore := max(0, scrapeGauge(t, "drascope_resourcepool_writes_total", map[string]string{"verb": "update"}))
+	ready := s.waitForResourcePool(name, "all devices available", summaryIs(allocations, 0, allocations, 0))
 
-	watcher, err := resourcePools(t).Watch(s.ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	// From the version just read, so that only writes after it count.
+	watcher, err := resourcePools(t).Watch(s.ctx, metav1.ListOptions{
+		FieldSelector:   "metadata.name=" + name,
+		ResourceVersion: ready.ResourceVersion,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +288,7 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 	writes := 0
 	// seenAt[k]: when a write first showed at least k+1 allocated devices.
 	seenAt := make([]time.Time, allocations)
+	var watchErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -290,7 +298,11 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 				continue
 			}
 			writes++
-			rp := decodePool(t, u)
+			rp := &v1alpha1.ResourcePool{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, rp); err != nil {
+				watchErr = fmt.Errorf("decoding ResourcePool %s: %w", u.GetName(), err)
+				return
+			}
 			for k := 0; k < int(rp.Status.Summary.AllocatedDevices) && k < allocations; k++ {
 				if seenAt[k].IsZero() {
 					seenAt[k] = time.Now()
@@ -300,9 +312,9 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 				return
 			}
 		}
+		watchErr = fmt.Errorf("the watch ended after %d writes", writes)
 	}()
 
-	updatesBefore := scrapeGauge(t, "drascope_resourcepool_writes_total", map[string]string{"verb": "update"})
 	start := time.Now()
 	writtenAt := make([]time.Time, allocations)
 	for i := range allocations {
@@ -314,15 +326,24 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(waitTimeout):
-		t.Fatalf("the ResourcePool did not reach %d allocated devices; %d writes seen", allocations, writes)
+		t.Fatalf("the ResourcePool did not reach %d allocated devices within %v", allocations, waitTimeout)
+	}
+	if watchErr != nil {
+		t.Fatalf("watching ResourcePool %s: %v", name, watchErr)
 	}
 	elapsed := time.Since(start)
 	// The publisher may write once right away and then once per interval.
 	bound := int(elapsed/time.Second) + 2
 	t.Logf("%d allocations over %v caused %d ResourcePool writes", allocations, elapsed.Round(time.Millisecond), writes)
-	// The counter covers every pool of the shared scheduler, so it has at
-	// least the writes seen here.
-	if counted := scrapeGauge(t, "drascope_resourcepool_writes_total", map[string]string{"verb": "update"}) - updatesBefore; counted < float64(writes) {
+	// The counter covers every pool of the shared scheduler, so it reaches
+	// at least the writes seen here. It may trail the watch: the apiserver
+	// answers the scheduler's write and tells the watch at the same time.
+	var counted float64
+	err = wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		counted = scrapeGauge(t, "drascope_resourcepool_writes_total", map[string]string{"verb": "update"}) - updatesBefore
+		return counted >= float64(writes), nil
+	})
+	if err != nil {
 		t.Errorf("drascope_resourcepool_writes_total{verb=update} grew by %v; the watch saw %d writes", counted, writes)
 	}
 	if writes > bound || writes >= allocations/4 {
