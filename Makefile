@@ -96,15 +96,17 @@ PERF_TMPDIR  ?= $(if $(wildcard /dev/shm/.),/dev/shm,$(or $(TMPDIR),/tmp))
 PERF_TIMEOUT ?= 6h
 PERF_FLAGS   ?=
 PERF_WORKLOADS ?=
+# Absolute, because the run starts in test/perf.
+override PERF_OUT := $(abspath $(PERF_OUT))
 
 # run-perf <set> <label filter>
 define run-perf
-	rm -rf $(abspath $(PERF_OUT))/$(1) && mkdir -p $(abspath $(PERF_OUT))/$(1)
-	@echo "scheduler_perf: $(1) workloads; log in $(abspath $(PERF_OUT))/$(1)/output.log"
+	rm -rf $(PERF_OUT)/$(1) && mkdir -p $(PERF_OUT)/$(1)
+	@echo "scheduler_perf: $(1) workloads; log in $(PERF_OUT)/$(1)/output.log"
 	cd test/perf && PATH=$(BIN):$$PATH TMPDIR=$(PERF_TMPDIR) $(GO) test . -run '^$$' -bench 'BenchmarkPerfScheduling$(if $(PERF_WORKLOADS),/$(PERF_WORKLOADS))' -benchtime 1x -timeout $(PERF_TIMEOUT) \
-		-args -perf-scheduling-label-filter=$(2) -data-items-dir=$(abspath $(PERF_OUT))/$(1) $(PERF_FLAGS) >$(abspath $(PERF_OUT))/$(1)/output.log 2>&1 || \
-		{ grep -E -B2 -A8 -- '^\s*--- FAIL|ERROR|Error running' $(abspath $(PERF_OUT))/$(1)/output.log | tail -n 120; echo "scheduler_perf failed; full log: $(abspath $(PERF_OUT))/$(1)/output.log"; exit 1; }
-	$(GO) run ./test/perf/report $(abspath $(PERF_OUT))/$(1) | tee $(abspath $(PERF_OUT))/$(1)/table.md
+		-args -perf-scheduling-label-filter=$(2) -data-items-dir=$(PERF_OUT)/$(1) $(PERF_FLAGS) >$(PERF_OUT)/$(1)/output.log 2>&1 || \
+		{ grep -E -B2 -A8 -- '^\s*--- FAIL|ERROR|Error running' $(PERF_OUT)/$(1)/output.log | tail -n 120; echo "scheduler_perf failed; full log: $(PERF_OUT)/$(1)/output.log"; exit 1; }
+	$(GO) run ./test/perf/report $(PERF_OUT)/$(1) | tee $(PERF_OUT)/$(1)/table.md
 endef
 
 perf: $(BIN)/etcd ## scheduler_perf performance workloads, upstream vs DRAScope (long; the table of docs/perf.md).

@@ -45,11 +45,21 @@ func resourcePools(t *testing.T) dynamic.ResourceInterface {
 
 func decodePool(t *testing.T, u *unstructured.Unstructured) *v1alpha1.ResourcePool {
 	t.Helper()
-	rp := &v1alpha1.ResourcePool{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, rp); err != nil {
-		t.Fatalf("decoding ResourcePool %s: %v", u.GetName(), err)
+	rp, err := poolFrom(u)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return rp
+}
+
+// poolFrom is decodePool for goroutines other than the test's, which must
+// not call t.Fatal.
+func poolFrom(u *unstructured.Unstructured) (*v1alpha1.ResourcePool, error) {
+	rp := &v1alpha1.ResourcePool{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, rp); err != nil {
+		return nil, fmt.Errorf("decoding ResourcePool %s: %w", u.GetName(), err)
+	}
+	return rp, nil
 }
 
 // poolObjectName is the object name drascope gives a pool of this test driver.
@@ -298,9 +308,9 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 				continue
 			}
 			writes++
-			rp := &v1alpha1.ResourcePool{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, rp); err != nil {
-				watchErr = fmt.Errorf("decoding ResourcePool %s: %w", u.GetName(), err)
+			rp, err := poolFrom(u)
+			if err != nil {
+				watchErr = err
 				return
 			}
 			for k := 0; k < int(rp.Status.Summary.AllocatedDevices) && k < allocations; k++ {
