@@ -4,6 +4,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// PluginName is the name of the plugin these args configure, as a
+// KubeSchedulerConfiguration names it.
+const PluginName = "DRAScope"
+
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // DRAScopeArgs holds the arguments of the DRAScope plugin.

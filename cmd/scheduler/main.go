@@ -8,10 +8,14 @@ import (
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
+	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
 )
 
 func main() {
-	command := app.NewSchedulerCommand(app.WithPlugin(drascope.Name, drascope.New))
+	// One runtime for the scheduler this command runs: every DRAScope
+	// profile shares its side cache, health cache and publisher.
+	rt := draruntime.New()
+	command := app.NewSchedulerCommand(app.WithPlugin(drascope.Name, drascope.Factory(rt)))
 	os.Exit(cli.Run(command))
 }

@@ -22,8 +22,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-
-	"github.com/drascope/drascope/pkg/drausage"
 )
 
 // Device names one device of one pool.
@@ -117,9 +115,6 @@ func New(opts Options) *Cache {
 	}
 }
 
-// SetResolver replaces Options.Resolver; call it before the first report.
-func (c *Cache) SetResolver(r Resolver) { c.opts.Resolver = r }
-
 // HoldTime is the configured hold time.
 func (c *Cache) HoldTime() time.Duration { return c.opts.HoldTime }
 
@@ -148,15 +143,6 @@ func (c *Cache) Get(d Device) (Report, bool) {
 		return Report{}, false
 	}
 	return c.effective(e, c.opts.Clock.Now()), true
-}
-
-// DeviceHealth is Get in the form pkg/drausage asks for it.
-func (c *Cache) DeviceHealth(pool drausage.PoolID, device string) drausage.DeviceHealth {
-	r, ok := c.Get(Device{Driver: pool.Driver, Pool: pool.Pool, Name: device})
-	if !ok {
-		return drausage.DeviceHealth{}
-	}
-	return drausage.DeviceHealth{Status: string(r.Health), Detail: r.Detail()}
 }
 
 // InsertUnhealthy adds every device that is Unhealthy now to set and

@@ -74,19 +74,32 @@ var (
 		"Number of pools the scheduler's side cache tracks.",
 		nil, nil, metrics.ALPHA, "")
 
-	source       atomic.Pointer[poolcache.Cache]
+	// exported is the side cache whose pools the per-pool gauges show. The
+	// legacy registry that /metrics serves is process-wide, like every
+	// kube-scheduler metric, so one cache is exported at a time: the one
+	// whose runtime started last.
+	exported     atomic.Pointer[Source]
 	registerOnce sync.Once
 )
 
-// Register makes the metrics available and points the per-pool ones at
-// cache. A later call (a second scheduler instance in one process, as in
-// tests) re-points them.
-func Register(cache *poolcache.Cache) {
-	source.Store(cache)
+// Source is what the per-pool gauges read at scrape time.
+type Source interface {
+	List() []*poolcache.Snapshot
+}
+
+// Export registers the metrics in the legacy registry (once per process)
+// and points the per-pool gauges at source until stop is called. stop
+// leaves the gauges alone when another source was exported since, so that
+// one scheduler stopping while the next starts (tests, scheduler_perf)
+// never blanks the newer one's pools.
+func Export(source Source) (stop func()) {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, Writes, RecomputeDuration)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
+	p := &source
+	exported.Store(p)
+	return func() { exported.CompareAndSwap(p, nil) }
 }
 
 // ObserveRecompute is a poolcache.Options.Observe function.
@@ -122,11 +135,11 @@ func (c *poolCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 }
 
 func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
-	cache := source.Load()
-	if cache == nil {
+	source := exported.Load()
+	if source == nil {
 		return
 	}
-	snapshots := cache.List()
+	snapshots := (*source).List()
 	ch <- metrics.NewLazyConstMetric(poolsDesc, metrics.GaugeValue, float64(len(snapshots)))
 	for _, s := range snapshots {
 		labels := []string{s.Driver, s.Pool, s.NodeName}

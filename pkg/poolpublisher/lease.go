@@ -24,21 +24,27 @@ const (
 	LeaseName      = "drascope-resourcepool-publisher"
 )
 
-// RunWhileLeading runs run whenever this process holds the publisher lease,
-// until ctx ends. run's context ends when the lease is lost.
-func RunWhileLeading(ctx context.Context, client kubernetes.Interface, run func(context.Context)) error {
+// LeaseIdentity is this process's identity on the publisher lease: the
+// host name, made unique per process.
+func LeaseIdentity() (string, error) {
 	hostname, err := os.Hostname()
 	if err != nil {
-		return fmt.Errorf("publisher lease identity: %w", err)
+		return "", fmt.Errorf("publisher lease identity: %w", err)
 	}
-	identity := hostname + "_" + string(uuid.NewUUID())
+	return hostname + "_" + string(uuid.NewUUID()), nil
+}
+
+// RunWhileLeading runs run whenever this process holds the publisher lease,
+// until ctx ends; it returns once it has stopped trying for the lease (and
+// released it). run's context ends when the lease is lost.
+func RunWhileLeading(ctx context.Context, client kubernetes.Interface, identity string, run func(context.Context)) {
 	logger := klog.FromContext(ctx).WithValues("lease", LeaseNamespace+"/"+LeaseName, "identity", identity)
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: LeaseNamespace, Name: LeaseName},
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 	}
-	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
 			Lock:            lock,
 			LeaseDuration:   15 * time.Second,
@@ -57,5 +63,4 @@ func RunWhileLeading(ctx context.Context, client kubernetes.Interface, run func(
 			},
 		})
 	}, time.Second)
-	return nil
 }

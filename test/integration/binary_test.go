@@ -50,6 +50,14 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 			oldNew: []string{"      adminAccess:", "      bindingTimeout: 100ms\n      adminAccess:"},
 			want:   []string{"scheduler name drascope-scheduler", "pluginConfig[DRAScope].args.bindingTimeout: Invalid value", "100ms", "must be at least 1 second"},
 		},
+		"scheduler-wide args differ between profiles": {
+			// The added profile comes first, so it starts the runtime, and
+			// the shipped profile (defaults) is the one refused.
+			oldNew: []string{"profiles:\n", "profiles:\n" + otherDRAScopeProfile("drascope-other", "poolStatus:\n        maxWritesPerSecond: 10")},
+			want: []string{"scheduler name drascope-scheduler",
+				"DRAScope: scheduler-wide args differ between profiles drascope-other and drascope-scheduler",
+				"profiles[drascope-scheduler].pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: Invalid value: 5: differs from profiles[drascope-other].pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: 10"},
+		},
 		"wrong type": {
 			oldNew: []string{"      adminAccess:", "      filterTimeout: [10s]\n      adminAccess:"},
 			want:   []string{".profiles[0].pluginConfig[0]", "DRAScopeArgs.filterTimeout"},
@@ -84,6 +92,23 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// otherDRAScopeProfile is a KubeSchedulerConfiguration profile, as YAML list
+// item, that runs DRAScope with args (YAML at the indentation of the args'
+// fields).
+func otherDRAScopeProfile(name, args string) string {
+	return "- schedulerName: " + name + `
+  plugins:
+    multiPoint:
+      enabled:
+      - name: DRAScope
+      disabled:
+      - name: DynamicResources
+  pluginConfig:
+  - name: DRAScope
+    args:
+      ` + args + "\n"
 }
 
 // KEP-5018 (3): with DRAAdminAccess off (locked on in 1.37, so through

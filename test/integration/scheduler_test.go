@@ -16,6 +16,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
+	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/localcluster"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
 )
@@ -60,7 +61,8 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
-	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(drascope.Name, drascope.New))
+	rt := draruntime.New()
+	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(drascope.Name, drascope.Factory(rt)))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -81,6 +83,7 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 		case <-errCh:
 		case <-time.After(30 * time.Second):
 		}
+		rt.Wait()
 		// app.Run registers the config once per process; free it for a restart.
 		configz.Delete("componentconfig")
 	}, nil

@@ -34,6 +34,7 @@ import (
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/manifests"
+	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/localcluster"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
 	"github.com/drascope/drascope/test/perf/results"
@@ -335,10 +336,12 @@ func counterSum(name string) (float64, error) {
 	return sum, nil
 }
 
-// registry is drascope's out-of-tree registry with one addition for
-// scheduler_perf: its in-process apiserver starts empty, so the ResourcePool
-// CRD is installed before DRAScope starts, as a deployment would have it.
+// registry is drascope's out-of-tree registry, with a runtime of its own for
+// the one scheduler a run builds, and one addition for scheduler_perf: its
+// in-process apiserver starts empty, so the ResourcePool CRD is installed
+// before DRAScope starts, as a deployment would have it.
 func registry() frameworkruntime.Registry {
+	factory := drascope.Factory(draruntime.New())
 	return frameworkruntime.Registry{
 		drascope.Name: func(ctx context.Context, args runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
 			crd, err := manifests.Files.ReadFile("crds/resourcepools.drascope.dev.yaml")
@@ -348,7 +351,7 @@ func registry() frameworkruntime.Registry {
 			if err := localcluster.Apply(ctx, fh.KubeConfig(), "manifests/crds/resourcepools.drascope.dev.yaml", crd); err != nil {
 				return nil, err
 			}
-			return drascope.New(ctx, args, fh)
+			return factory(ctx, args, fh)
 		},
 	}
 }

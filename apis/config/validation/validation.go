@@ -3,6 +3,7 @@ package validation
 
 import (
 	"errors"
+	"fmt"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -56,6 +57,41 @@ func ValidateDRAScopeArgs(path *field.Path, args *config.DRAScopeArgs, fts featu
 		} else {
 			allErrs = append(allErrs, field.InternalError(path, e))
 		}
+	}
+	return allErrs
+}
+
+// schedulerWide are the DRAScope args that configure what one scheduler
+// runs once for all its DRAScope profiles: the pool side cache and its
+// ResourcePool publisher, and the device health cache, whose policy decides
+// what the cluster-scoped ResourcePools count as unavailable. Each is read
+// as a value that prints the way a person wrote it.
+var schedulerWide = []struct {
+	path  []string
+	value func(*config.DRAScopeArgs) any
+}{
+	{[]string{"poolStatus", "publishResourcePools"}, func(a *config.DRAScopeArgs) any { return a.PoolStatus.PublishResourcePools }},
+	{[]string{"poolStatus", "minPublishInterval"}, func(a *config.DRAScopeArgs) any { return a.PoolStatus.MinPublishInterval.Duration.String() }},
+	{[]string{"poolStatus", "maxWritesPerSecond"}, func(a *config.DRAScopeArgs) any { return a.PoolStatus.MaxWritesPerSecond }},
+	{[]string{"deviceHealth", "policy"}, func(a *config.DRAScopeArgs) any { return string(a.DeviceHealth.Policy) }},
+	{[]string{"deviceHealth", "unhealthyHoldTime"}, func(a *config.DRAScopeArgs) any { return a.DeviceHealth.UnhealthyHoldTime.Duration.String() }},
+}
+
+// ValidateSchedulerWideArgs checks that args (at path) set every
+// scheduler-wide arg as first (at firstPath) does: the args of the DRAScope
+// profile that started the scheduler's runtime. Each error names both field
+// paths and both values, defaulted ones included, so that a person can see
+// which profile to change.
+func ValidateSchedulerWideArgs(firstPath *field.Path, first *config.DRAScopeArgs, path *field.Path, args *config.DRAScopeArgs) field.ErrorList {
+	var allErrs field.ErrorList
+	for _, arg := range schedulerWide {
+		want, got := arg.value(first), arg.value(args)
+		if want == got {
+			continue
+		}
+		wantPath := firstPath.Child(arg.path[0], arg.path[1:]...)
+		allErrs = append(allErrs, field.Invalid(path.Child(arg.path[0], arg.path[1:]...), got,
+			fmt.Sprintf("differs from %s: %v; this arg is scheduler-wide (one side cache, health cache and ResourcePool publisher serve every profile), so every DRAScope profile must have the same value (a profile that leaves it out gets the default)", wantPath, want)))
 	}
 	return allErrs
 }

@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -115,6 +116,66 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 			for i, err := range errs {
 				if err.Error() != tc.wantErrs[i] {
 					t.Errorf("error %d:\nwant %s\ngot  %s", i, tc.wantErrs[i], err.Error())
+				}
+			}
+		})
+	}
+}
+
+func TestValidateSchedulerWideArgs(t *testing.T) {
+	firstPath := field.NewPath("profiles").Key("a").Child("pluginConfig").Key("DRAScope").Child("args")
+	path := field.NewPath("profiles").Key("b").Child("pluginConfig").Key("DRAScope").Child("args")
+	first := config.DRAScopeArgs{
+		AdminAccess:  config.AdminAccessArgs{RequireNamespaceLabel: true},
+		PoolStatus:   config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5},
+		DeviceHealth: config.DeviceHealthArgs{Policy: config.DeviceHealthAvoid, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}},
+	}
+	tests := map[string]struct {
+		change   func(*config.DRAScopeArgs)
+		wantErrs []string
+	}{
+		"same": {change: func(*config.DRAScopeArgs) {}},
+		"per-profile args may differ": {change: func(a *config.DRAScopeArgs) {
+			a.AdminAccess.RequireNamespaceLabel = false
+			a.FilterTimeout = &metav1.Duration{Duration: time.Second}
+			a.BindingTimeout = &metav1.Duration{Duration: time.Minute}
+		}},
+		"publishResourcePools": {
+			change:   func(a *config.DRAScopeArgs) { a.PoolStatus.PublishResourcePools = false },
+			wantErrs: []string{`profiles[b].pluginConfig[DRAScope].args.poolStatus.publishResourcePools: Invalid value: false: differs from profiles[a].pluginConfig[DRAScope].args.poolStatus.publishResourcePools: true; this arg is scheduler-wide`},
+		},
+		"minPublishInterval and maxWritesPerSecond": {
+			change: func(a *config.DRAScopeArgs) {
+				a.PoolStatus.MinPublishInterval.Duration = 2 * time.Second
+				a.PoolStatus.MaxWritesPerSecond = 10
+			},
+			wantErrs: []string{
+				`profiles[b].pluginConfig[DRAScope].args.poolStatus.minPublishInterval: Invalid value: "2s": differs from profiles[a].pluginConfig[DRAScope].args.poolStatus.minPublishInterval: 1s;`,
+				`profiles[b].pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: Invalid value: 10: differs from profiles[a].pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: 5;`,
+			},
+		},
+		"deviceHealth": {
+			change: func(a *config.DRAScopeArgs) {
+				a.DeviceHealth.Policy = config.DeviceHealthIgnore
+				a.DeviceHealth.UnhealthyHoldTime.Duration = time.Minute
+			},
+			wantErrs: []string{
+				`profiles[b].pluginConfig[DRAScope].args.deviceHealth.policy: Invalid value: "Ignore": differs from profiles[a].pluginConfig[DRAScope].args.deviceHealth.policy: Avoid;`,
+				`profiles[b].pluginConfig[DRAScope].args.deviceHealth.unhealthyHoldTime: Invalid value: "1m0s": differs from profiles[a].pluginConfig[DRAScope].args.deviceHealth.unhealthyHoldTime: 10m0s;`,
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := first
+			tc.change(&args)
+			errs := ValidateSchedulerWideArgs(firstPath, &first, path, &args)
+			if len(errs) != len(tc.wantErrs) {
+				t.Fatalf("got %d errors, want %d: %v", len(errs), len(tc.wantErrs), errs)
+			}
+			for i, want := range tc.wantErrs {
+				if got := errs[i].Error(); !strings.HasPrefix(got, want) {
+					t.Errorf("error %d = %q, want it to start with %q", i, got, want)
 				}
 			}
 		})

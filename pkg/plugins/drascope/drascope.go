@@ -18,14 +18,18 @@ import (
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/drascope/drascope/apis/config"
 	_ "github.com/drascope/drascope/apis/config/scheme" // registers DRAScopeArgs with the kube-scheduler
 	"github.com/drascope/drascope/apis/config/validation"
+	"github.com/drascope/drascope/pkg/draruntime"
+	"github.com/drascope/drascope/pkg/health"
+	"github.com/drascope/drascope/pkg/poolcache"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
-const Name = "DRAScope"
+const Name = config.PluginName
 
 // argsPath roots the field paths of args errors where a person finds the
 // args in a KubeSchedulerConfiguration.
@@ -48,11 +52,14 @@ type DRAScope struct {
 	activator             fwk.PodActivator
 	profileName           string
 
-	// shared is the scheduler's side cache, health cache and waiting pods.
-	shared *schedulerState
-	// withheld is the health cache under deviceHealth.policy Avoid, nil
-	// under Ignore.
-	withheld Withheld
+	// pools is the scheduler's side cache.
+	pools *poolcache.Cache
+	// health is the scheduler's device health cache under
+	// deviceHealth.policy Avoid, nil under Ignore: the devices it reports
+	// Unhealthy are withheld.
+	health *health.Cache
+	// waiting are the pods to retry when a withheld device recovers.
+	waiting interface{ RetryWhenDeviceRecovers(*v1.Pod) }
 }
 
 var (
@@ -68,9 +75,22 @@ var (
 	_ fwk.SignPlugin               = &DRAScope{}
 )
 
-// New builds the plugin from its args. Invalid args fail here, so the
-// scheduler stops at start with the field path in the message.
-func New(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
+// Factory returns the plugin factory of a scheduler whose DRAScope
+// profiles share rt; make one runtime per scheduler:
+//
+//	rt := draruntime.New()
+//	app.NewSchedulerCommand(app.WithPlugin(drascope.Name, drascope.Factory(rt)))
+//
+// Invalid args, and scheduler-wide args that differ from those of another
+// DRAScope profile, fail here, so the scheduler stops at start with the
+// field paths in the message.
+func Factory(rt *draruntime.Runtime) frameworkruntime.PluginFactory {
+	return func(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
+		return newPlugin(ctx, obj, fh, rt)
+	}
+}
+
+func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draruntime.Runtime) (fwk.Plugin, error) {
 	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, err
@@ -80,21 +100,25 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, er
 		return nil, fmt.Errorf("invalid %s plugin args: %w", Name, errs.ToAggregate())
 	}
 
+	pl := &DRAScope{
+		enabled:               fts.EnableDynamicResourceAllocation,
+		adminAccessEnabled:    fts.EnableDRAAdminAccess,
+		requireNamespaceLabel: args.AdminAccess.RequireNamespaceLabel,
+	}
 	var handle fwk.Handle = fh
-	var claims fwk.ResourceClaimTracker
-	var shared *schedulerState
-	var withheld Withheld
-	if fts.EnableDynamicResourceAllocation {
-		shared, err = stateFor(ctx, fh, args)
-		if err != nil {
-			return nil, err
+	if pl.enabled {
+		if err := rt.Join(ctx, fh, args); err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
-		if args.DeviceHealth.Policy == config.DeviceHealthAvoid {
-			withheld = shared.health
+		pl.pools, pl.waiting = rt.Pools(), rt
+		var withheld Withheld
+		if rt.Withholds() {
+			pl.health = rt.Health()
+			withheld = pl.health
 		}
-		manager := newDRAManager(fh.SharedDRAManager(), shared.pools, withheld)
+		manager := newDRAManager(fh.SharedDRAManager(), pl.pools, withheld)
 		handle = &decoratedHandle{Handle: fh, draManager: manager}
-		claims = manager.ResourceClaims()
+		pl.claims = manager.ResourceClaims()
 	}
 	upstreamArgs := &schedconfig.DynamicResourcesArgs{
 		FilterTimeout:  args.FilterTimeout,
@@ -104,19 +128,7 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, er
 	if err != nil {
 		return nil, err
 	}
-
-	pl := &DRAScope{
-		DynamicResources:      upstream.(*dynamicresources.DynamicResources),
-		enabled:               fts.EnableDynamicResourceAllocation,
-		adminAccessEnabled:    fts.EnableDRAAdminAccess,
-		requireNamespaceLabel: args.AdminAccess.RequireNamespaceLabel,
-		claims:                claims,
-		shared:                shared,
-		withheld:              withheld,
-	}
-	if pl.enabled {
-		klog.FromContext(ctx).V(1).Info("Device health", "profile", fh.ProfileName(), "policy", args.DeviceHealth.Policy, "unhealthyHoldTime", args.DeviceHealth.UnhealthyHoldTime.Duration)
-	}
+	pl.DynamicResources = upstream.(*dynamicresources.DynamicResources)
 	if pl.enabled && pl.requireNamespaceLabel {
 		// The scheduler already watches namespaces (InterPodAffinity's
 		// namespaceSelector) and pods, so these add no watch.
@@ -162,7 +174,7 @@ func (pl *DRAScope) Name() string {
 // PreFilter writes; refusing before it would turn a clear "unschedulable"
 // into a PostFilter error. Both run before anything is reserved.
 func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	if pl.withheld != nil {
+	if pl.health != nil {
 		state.Write(withheldStateKey, &withheldDevices{})
 	}
 	result, status := pl.DynamicResources.PreFilter(ctx, state, pod, nodes)
@@ -179,7 +191,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 // pods: kubelet's Healthy reports may free a withheld device.
 func (pl *DRAScope) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
 	events, err := pl.DynamicResources.EventsToRegister(ctx)
-	if err != nil || pl.withheld == nil {
+	if err != nil || pl.health == nil {
 		return events, err
 	}
 	return append(events, fwk.ClusterEventWithHint{

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -26,14 +25,14 @@ const maxWithheldInMessage = 3
 // remembered so that it is retried as soon as one of them recovers.
 func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	status := pl.DynamicResources.Filter(ctx, state, pod, nodeInfo)
-	if !status.IsRejected() || pl.withheld == nil {
+	if !status.IsRejected() || pl.health == nil {
 		return status
 	}
 	note := pl.withheldIn(state).note(pl, nodeInfo.Node())
 	if note == "" {
 		return status
 	}
-	pl.shared.waiting.add(pod)
+	pl.waiting.RetryWhenDeviceRecovers(pod)
 	return fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
 }
 
@@ -79,7 +78,7 @@ func (w *withheldDevices) note(pl *DRAScope, node *v1.Node) string {
 	}
 	w.once.Do(func() {
 		w.byNode = map[string][]health.Report{}
-		for _, r := range pl.shared.health.Unhealthy() {
+		for _, r := range pl.health.Unhealthy() {
 			if pl.networkAttached(r.Device) {
 				w.anyNode = append(w.anyNode, r)
 			} else {
@@ -116,7 +115,7 @@ func byDevice(a, b health.Report) int {
 
 // networkAttached reports whether a device's pool is not tied to one node.
 func (pl *DRAScope) networkAttached(d health.Device) bool {
-	snap := pl.shared.pools.Get(drausage.PoolID{Driver: d.Driver, Pool: d.Pool})
+	snap := pl.pools.Get(drausage.PoolID{Driver: d.Driver, Pool: d.Pool})
 	return snap != nil && snap.NodeName == ""
 }
 
@@ -124,7 +123,7 @@ func (pl *DRAScope) networkAttached(d health.Device) bool {
 // running pods: a new Healthy report may free a device a waiting pod needs.
 // The health cache gets the report through its own informer handler, which
 // may run after the retry; it then retries the waiting pods itself
-// (schedulerState.healthChanged), so a retry that came too early is repeated.
+// (pkg/draruntime), so a retry that came too early is repeated.
 func (pl *DRAScope) isSchedulableAfterHealthReport(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	oldPod, _ := oldObj.(*v1.Pod)
 	newPod, ok := newObj.(*v1.Pod)
@@ -136,42 +135,4 @@ func (pl *DRAScope) isSchedulableAfterHealthReport(logger klog.Logger, pod *v1.P
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
-}
-
-// waitingPods are the pods Filter refused while devices were withheld as
-// Unhealthy; they are retried when a device recovers, even when no API
-// event announces it (the end of a hold time).
-type waitingPods struct {
-	activator fwk.PodActivator
-	mu        sync.Mutex
-	pods      map[types.UID]*v1.Pod
-}
-
-func newWaitingPods(activator fwk.PodActivator) *waitingPods {
-	return &waitingPods{activator: activator, pods: map[types.UID]*v1.Pod{}}
-}
-
-func (w *waitingPods) add(pod *v1.Pod) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.pods[pod.UID] = pod
-}
-
-// activate retries every waiting pod and forgets them: a pod refused again
-// is added again by Filter. Pods that were deleted or scheduled meanwhile
-// are ignored by the scheduling queue.
-func (w *waitingPods) activate(logger klog.Logger) {
-	w.mu.Lock()
-	if len(w.pods) == 0 {
-		w.mu.Unlock()
-		return
-	}
-	pods := make(map[string]*v1.Pod, len(w.pods))
-	for _, pod := range w.pods {
-		pods[pod.Namespace+"/"+pod.Name] = pod
-	}
-	clear(w.pods)
-	w.mu.Unlock()
-	logger.V(3).Info("A withheld device is no longer Unhealthy, retrying the pods that waited for one", "pods", len(pods))
-	w.activator.Activate(logger, pods)
 }

@@ -100,24 +100,6 @@ func TestWithheldDevicesAreInUseForTheAllocator(t *testing.T) {
 	}
 }
 
-type activations struct{ pods []map[string]*v1.Pod }
-
-func (a *activations) Activate(_ klog.Logger, pods map[string]*v1.Pod) { a.pods = append(a.pods, pods) }
-
-func TestWaitingPodsAreActivatedOnce(t *testing.T) {
-	logger, _ := ktesting.NewTestContext(t)
-	a := &activations{}
-	w := newWaitingPods(a)
-	w.activate(logger) // nobody waits: no call
-	w.add(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "1"}})
-	w.add(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "1"}})
-	w.activate(logger)
-	w.activate(logger)
-	if len(a.pods) != 1 || len(a.pods[0]) != 1 || a.pods[0]["ns/p"] == nil {
-		t.Errorf("activations %v, want ns/p once", a.pods)
-	}
-}
-
 // BenchmarkAllocatedState measures what the allocator's view of devices in
 // use costs on the PreFilter path, with 1000 devices allocated: upstream's
 // tracker alone, and through drascope's decorator with 0 and with 1000
@@ -159,10 +141,10 @@ func BenchmarkAllocatedState(b *testing.B) {
 func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
 	// node-0: gpu-0..gpu-7 Unhealthy; node-1: gpu-0, gpu-1.
-	pl := &DRAScope{shared: &schedulerState{
+	pl := &DRAScope{
 		health: healthCacheWithUnhealthy(logger, 0, 10),
 		pools:  poolcache.New(poolcache.Options{}),
-	}}
+	}
 	node := func(name string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
 	cycle := &withheldDevices{}
 

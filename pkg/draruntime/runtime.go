@@ -1,0 +1,285 @@
+// Package draruntime is what one scheduler runs once for all its DRAScope
+// profiles: the device health cache (pkg/health), the pool side cache
+// (pkg/poolcache) with its metrics (pkg/poolmetrics) and ResourcePool
+// publisher (pkg/poolpublisher), and the pods waiting for a withheld device
+// to recover. Pools and device health are cluster-wide, and every profile's
+// plugin reports its in-flight allocations to the same side cache.
+//
+// Whoever builds a scheduler's plugin registry makes one Runtime and hands
+// it to the plugin factory (cmd/scheduler does; so do tests and scheduler_perf
+// runs that start a scheduler of their own). The first DRAScope profile the
+// scheduler builds starts the runtime with its args; every later profile must
+// agree with it on the scheduler-wide args, or the scheduler stops at start.
+// Nothing here is package-level state: two schedulers in one process each
+// have their own runtime.
+package draruntime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
+
+	"github.com/drascope/drascope/apis/config"
+	"github.com/drascope/drascope/apis/config/validation"
+	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/health"
+	"github.com/drascope/drascope/pkg/poolcache"
+	"github.com/drascope/drascope/pkg/poolmetrics"
+	"github.com/drascope/drascope/pkg/poolpublisher"
+)
+
+// Handle is what the runtime needs of the scheduler; a profile's
+// framework.Handle is one. The informers are the scheduler's own, so the
+// runtime adds handlers and no watch.
+type Handle interface {
+	SharedInformerFactory() informers.SharedInformerFactory
+	ClientSet() kubernetes.Interface
+	KubeConfig() *restclient.Config
+	EventRecorder() events.EventRecorderLogger
+	ProfileName() string
+	fwk.PodActivator
+}
+
+// Runtime is one scheduler's shared DRAScope machinery. Make it with New;
+// it starts on the first Join.
+type Runtime struct {
+	mu sync.Mutex
+	// first is the profile that started the runtime, and its args.
+	first     *profile
+	informers informers.SharedInformerFactory
+
+	pools   *poolcache.Cache
+	health  *health.Cache
+	waiting *waitingPods
+	// synced reports whether the side cache has every slice and claim
+	// that existed when the informers started.
+	synced func() bool
+	// goroutines are the runtime's own, which end with the context the
+	// runtime started with.
+	goroutines sync.WaitGroup
+}
+
+type profile struct {
+	name string
+	args *config.DRAScopeArgs
+}
+
+// New returns a runtime that has not started.
+func New() *Runtime {
+	return &Runtime{}
+}
+
+// argsPath is where a person finds a profile's DRAScope args in a
+// KubeSchedulerConfiguration, for errors that involve two profiles.
+func argsPath(profileName string) *field.Path {
+	return field.NewPath("profiles").Key(profileName).Child("pluginConfig").Key(config.PluginName).Child("args")
+}
+
+// Join is called by the DRAScope plugin factory of every profile, with that
+// profile's validated args. The first call starts the runtime with those
+// args, for as long as ctx lasts; later calls check that their scheduler-wide
+// args agree (validation.ValidateSchedulerWideArgs) and that they come from
+// the same scheduler.
+func (r *Runtime) Join(ctx context.Context, h Handle, args *config.DRAScopeArgs) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.first != nil {
+		if h.SharedInformerFactory() != r.informers {
+			return fmt.Errorf("the DRAScope runtime started by profile %s belongs to another scheduler: make one runtime (draruntime.New) per scheduler", r.first.name)
+		}
+		errs := validation.ValidateSchedulerWideArgs(argsPath(r.first.name), r.first.args, argsPath(h.ProfileName()), args)
+		if len(errs) > 0 {
+			return fmt.Errorf("scheduler-wide args differ between profiles %s and %s: %w", r.first.name, h.ProfileName(), errs.ToAggregate())
+		}
+		return nil
+	}
+	if err := r.start(ctx, h, args); err != nil {
+		return err
+	}
+	r.first = &profile{name: h.ProfileName(), args: args}
+	return nil
+}
+
+// start builds the caches, wires them to each other and to the scheduler's
+// informers, and starts their goroutines. The health cache and the side
+// cache need each other: the side cache counts Unhealthy devices as
+// unavailable, and the health cache believes reports only about drivers
+// that publish slices. The runtime's own methods join them, so that
+// neither package knows the other.
+func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs) error {
+	logger := klog.FromContext(ctx)
+	factory := h.SharedInformerFactory()
+	r.informers = factory
+	r.waiting = newWaitingPods(h)
+	r.pools = poolcache.New(poolcache.Options{
+		Observe: poolmetrics.ObserveRecompute,
+		Usage: drausage.Options{
+			Health:            r.deviceHealth,
+			WithholdUnhealthy: args.DeviceHealth.Policy == config.DeviceHealthAvoid,
+		},
+	})
+	claims := factory.Resource().V1().ResourceClaims().Lister()
+	r.health = health.New(health.Options{
+		HoldTime: args.DeviceHealth.UnhealthyHoldTime.Duration,
+		Resolver: health.Resolver{
+			KnownDriver: r.knownDriver,
+			Claim: func(namespace, name string) (*resourceapi.ResourceClaim, error) {
+				return claims.ResourceClaims(namespace).Get(name)
+			},
+		},
+		OnChange: func(devices []health.Device) { r.healthChanged(logger, devices) },
+	})
+	// Follow DeviceTaintRules exactly when the scheduler's slice tracker does.
+	synced, err := r.pools.AddInformerHandlers(factory, utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules))
+	if err != nil {
+		return fmt.Errorf("pool side cache: %w", err)
+	}
+	r.synced = synced
+	if _, err := r.health.AddPodHandlers(logger, factory.Core().V1().Pods().Informer()); err != nil {
+		return fmt.Errorf("device health from pod status: %w", err)
+	}
+
+	var publisher *poolpublisher.Publisher
+	var identity string
+	if args.PoolStatus.PublishResourcePools {
+		if identity, err = poolpublisher.LeaseIdentity(); err != nil {
+			return err
+		}
+		client, err := dynamic.NewForConfig(h.KubeConfig())
+		if err != nil {
+			return fmt.Errorf("ResourcePool client: %w", err)
+		}
+		publisher = poolpublisher.New(r.pools, client, poolpublisher.Options{
+			MinInterval:        args.PoolStatus.MinPublishInterval.Duration,
+			MaxWritesPerSecond: args.PoolStatus.MaxWritesPerSecond,
+			Synced:             synced,
+			Observe:            poolmetrics.ObserveSync,
+			ObservePublished:   poolmetrics.ObservePublished,
+			ObserveWrite:       poolmetrics.ObserveWrite,
+			ReportConflict:     conflictEvents(h.EventRecorder(), factory),
+		})
+	}
+	stopExport := poolmetrics.Export(r.pools)
+	r.goroutines.Go(func() {
+		<-ctx.Done()
+		stopExport()
+	})
+	r.goroutines.Go(func() { r.pools.Run(ctx) })
+	r.goroutines.Go(func() { r.health.Run(ctx) })
+	if publisher != nil {
+		r.goroutines.Go(func() { poolpublisher.RunWhileLeading(ctx, h.ClientSet(), identity, publisher.Run) })
+	} else {
+		logger.Info("Not publishing ResourcePool objects: poolStatus.publishResourcePools is false")
+	}
+	logger.Info("Started the DRAScope runtime", "profile", h.ProfileName(),
+		"publishResourcePools", args.PoolStatus.PublishResourcePools,
+		"minPublishInterval", args.PoolStatus.MinPublishInterval.Duration,
+		"maxWritesPerSecond", args.PoolStatus.MaxWritesPerSecond,
+		"deviceHealthPolicy", args.DeviceHealth.Policy,
+		"unhealthyHoldTime", args.DeviceHealth.UnhealthyHoldTime.Duration)
+	return nil
+}
+
+// Wait returns once every goroutine the runtime started has ended, which
+// they do when the context it started with ends.
+func (r *Runtime) Wait() {
+	r.goroutines.Wait()
+}
+
+// Pools is the side cache; nil before the runtime starts.
+func (r *Runtime) Pools() *poolcache.Cache {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pools
+}
+
+// Health is the device health cache; nil before the runtime starts.
+func (r *Runtime) Health() *health.Cache {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.health
+}
+
+// Withholds reports whether the scheduler withholds Unhealthy devices
+// (deviceHealth.policy Avoid).
+func (r *Runtime) Withholds() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first != nil && r.first.args.DeviceHealth.Policy == config.DeviceHealthAvoid
+}
+
+// RetryWhenDeviceRecovers remembers a pod that was refused while devices
+// were withheld, to retry it as soon as one of them is no longer Unhealthy.
+func (r *Runtime) RetryWhenDeviceRecovers(pod *v1.Pod) {
+	r.waiting.add(pod)
+}
+
+// deviceHealth is the health cache's report in the form the counting rules
+// ask for it.
+func (r *Runtime) deviceHealth(pool drausage.PoolID, device string) drausage.DeviceHealth {
+	report, ok := r.health.Get(health.Device{Driver: pool.Driver, Pool: pool.Pool, Name: device})
+	if !ok {
+		return drausage.DeviceHealth{}
+	}
+	return drausage.DeviceHealth{Status: string(report.Health), Detail: report.Detail()}
+}
+
+// knownDriver says whether health reports about a driver are believed: once
+// the side cache holds a slice of it. Until the slice informer has synced,
+// every driver is, so that reports seen first at start-up are not dropped.
+func (r *Runtime) knownDriver(driver string) bool {
+	return !r.synced() || r.pools.HasDriver(driver)
+}
+
+// healthChanged refreshes the pools of devices whose health changed and
+// retries the pods refused while a device was withheld, when one is no
+// longer Unhealthy: a Healthy report or the end of its hold time. Retrying
+// here, after the health cache has the change, rather than only from a
+// queueing hint, means the retry always sees it.
+func (r *Runtime) healthChanged(logger klog.Logger, devices []health.Device) {
+	pools := make([]drausage.PoolID, 0, len(devices))
+	recovered := false
+	for _, d := range devices {
+		pools = append(pools, drausage.PoolID{Driver: d.Driver, Pool: d.Pool})
+		if report, _ := r.health.Get(d); report.Health != v1.ResourceHealthStatusUnhealthy {
+			recovered = true
+		}
+	}
+	r.pools.Invalidate(pools...)
+	if recovered {
+		r.waiting.activate(logger)
+	}
+}
+
+// conflictEvents records a Warning event on each ResourceSlice of a pool in
+// which a device is held by more claims than it allows.
+func conflictEvents(recorder events.EventRecorderLogger, factory informers.SharedInformerFactory) poolpublisher.ConflictReporter {
+	slices := factory.Resource().V1().ResourceSlices().Lister()
+	return func(ctx context.Context, pool drausage.PoolID, message string) {
+		all, err := slices.List(labels.Everything())
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Listing ResourceSlices for a conflict event", "pool", pool)
+			return
+		}
+		for _, slice := range all {
+			if slice.Spec.Driver == pool.Driver && slice.Spec.Pool.Name == pool.Pool {
+				recorder.Eventf(slice, nil, v1.EventTypeWarning, "DeviceAllocationConflict", "Validate",
+					"%s; two schedulers may have allocated it at once (see README: Deployment modes)", message)
+			}
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package draruntime
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/apis/config"
+	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/health"
+)
+
+// The client-go fake stands in for the apiserver here only as a source of
+// informer events: these tests check how the runtime wires the caches to
+// each other and to the scheduler, not anything the apiserver decides.
+
+// handle is the part of a framework.Handle the runtime uses.
+type handle struct {
+	profile  string
+	client   kubernetes.Interface
+	factory  informers.SharedInformerFactory
+	recorder *events.FakeRecorder
+	*activations
+}
+
+func newHandle(profile string, client kubernetes.Interface, factory informers.SharedInformerFactory) *handle {
+	return &handle{profile: profile, client: client, factory: factory, recorder: events.NewFakeRecorder(10), activations: &activations{}}
+}
+
+func (h *handle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
+func (h *handle) ClientSet() kubernetes.Interface                        { return h.client }
+func (h *handle) KubeConfig() *restclient.Config {
+	return &restclient.Config{Host: "https://127.0.0.1:1"}
+}
+func (h *handle) EventRecorder() events.EventRecorderLogger { return h.recorder }
+func (h *handle) ProfileName() string                       { return h.profile }
+
+type activations struct {
+	mu   sync.Mutex
+	pods []map[string]*v1.Pod
+}
+
+func (a *activations) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pods = append(a.pods, pods)
+}
+
+func (a *activations) activated() []map[string]*v1.Pod {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pods
+}
+
+// defaults are the args a profile gets with nothing set, except that
+// ResourcePools are not published: publishing is tested against a real
+// apiserver (test/integration).
+func defaults() *config.DRAScopeArgs {
+	return &config.DRAScopeArgs{
+		AdminAccess:  config.AdminAccessArgs{RequireNamespaceLabel: true},
+		PoolStatus:   config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5},
+		DeviceHealth: config.DeviceHealthArgs{Policy: config.DeviceHealthAvoid, UnhealthyHoldTime: metav1.Duration{Duration: time.Hour}},
+	}
+}
+
+func TestJoinChecksSchedulerWideArgs(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	rt := New()
+	t.Cleanup(func() {
+		cancel()
+		rt.Wait()
+	})
+
+	if rt.Pools() != nil || rt.Health() != nil || rt.Withholds() {
+		t.Error("a runtime that has not started has caches, or withholds devices")
+	}
+	if err := rt.Join(ctx, newHandle("drascope-a", client, factory), defaults()); err != nil {
+		t.Fatalf("first profile: %v", err)
+	}
+	if rt.Pools() == nil || rt.Health() == nil || !rt.Withholds() {
+		t.Fatal("the started runtime lacks its caches, or does not withhold under policy Avoid")
+	}
+	pools := rt.Pools()
+
+	perProfile := defaults()
+	perProfile.AdminAccess.RequireNamespaceLabel = false
+	if err := rt.Join(ctx, newHandle("drascope-b", client, factory), perProfile); err != nil {
+		t.Errorf("a profile that differs only in per-profile args: %v", err)
+	}
+
+	conflicting := defaults()
+	conflicting.PoolStatus.MaxWritesPerSecond = 10
+	conflicting.DeviceHealth.Policy = config.DeviceHealthIgnore
+	err := rt.Join(ctx, newHandle("drascope-c", client, factory), conflicting)
+	if err == nil {
+		t.Fatal("a profile with other scheduler-wide args joined")
+	}
+	for _, want := range []string{
+		"profiles[drascope-c].pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: Invalid value: 10: differs from profiles[drascope-a].pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: 5",
+		`profiles[drascope-c].pluginConfig[DRAScope].args.deviceHealth.policy: Invalid value: "Ignore": differs from profiles[drascope-a].pluginConfig[DRAScope].args.deviceHealth.policy: Avoid`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q\ndoes not contain %q", err, want)
+		}
+	}
+
+	otherScheduler := informers.NewSharedInformerFactory(client, 0)
+	if err := rt.Join(ctx, newHandle("drascope-d", client, otherScheduler), defaults()); err == nil || !strings.Contains(err.Error(), "belongs to another scheduler") {
+		t.Errorf("a profile of another scheduler: got %v, want a refusal", err)
+	}
+	if rt.Pools() != pools {
+		t.Error("a later Join replaced the side cache")
+	}
+}
+
+// TestRuntimeWiring follows one device through the runtime: a slice reaches
+// the side cache, an Unhealthy report in pod status reaches the health
+// cache, which withholds the device and makes the side cache count it
+// unavailable, and a Healthy report retries the pods that waited for it.
+// The per-pool gauges show the runtime's cache, until it stops.
+func TestRuntimeWiring(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	h := newHandle("drascope-scheduler", client, factory)
+	rt := New()
+	if err := rt.Join(ctx, h, defaults()); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+
+	pool := drausage.PoolID{Driver: "gpu.example.com", Pool: "node-1"}
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpus"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   pool.Driver,
+			Pool:     resourceapi.ResourcePool{Name: pool.Pool, ResourceSliceCount: 1},
+			NodeName: ptr.To("node-1"),
+			Devices:  []resourceapi.Device{{Name: "gpu-0"}, {Name: "gpu-1"}},
+		},
+	}
+	if _, err := client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the side cache to show the slice's 2 available devices", func() bool {
+		snap := rt.Pools().Get(pool)
+		return snap != nil && snap.Summary.Available == 2
+	})
+
+	reporter := podReporting("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnhealthy)
+	if _, err := client.CoreV1().Pods("training").Create(ctx, reporter, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the side cache to count gpu-0 Unhealthy and unavailable", func() bool {
+		snap := rt.Pools().Get(pool)
+		return snap != nil && snap.Summary.Unavailable == 1 && snap.Summary.Available == 1
+	})
+	if unhealthy := rt.Health().Unhealthy(); len(unhealthy) != 1 || unhealthy[0].Device != (health.Device{Driver: pool.Driver, Pool: pool.Pool, Name: "gpu-0"}) {
+		t.Errorf("Unhealthy devices = %+v, want gpu-0 alone", unhealthy)
+	}
+	if got := gauge(t, "drascope_resourcepool_devices", map[string]string{"pool": "node-1", "state": "Unavailable"}); got != 1 {
+		t.Errorf("drascope_resourcepool_devices{pool=node-1,state=Unavailable} = %v, want 1", got)
+	}
+
+	waiting := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "training", Name: "waiting", UID: "waiting-uid"}}
+	rt.RetryWhenDeviceRecovers(waiting)
+	if len(h.activated()) != 0 {
+		t.Fatal("a pod was retried before any device recovered")
+	}
+	recovered := podReporting("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusHealthy)
+	recovered.ResourceVersion = "2"
+	if _, err := client.CoreV1().Pods("training").UpdateStatus(ctx, recovered, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the waiting pod to be retried", func() bool {
+		a := h.activated()
+		return len(a) == 1 && a[0]["training/waiting"] == waiting
+	})
+	waitFor(ctx, t, "the side cache to count gpu-0 available again", func() bool {
+		snap := rt.Pools().Get(pool)
+		return snap != nil && snap.Summary.Available == 2
+	})
+
+	cancel()
+	rt.Wait()
+	if got := gauge(t, "drascope_resourcepool_devices", map[string]string{"pool": "node-1", "state": "Available"}); got != -1 {
+		t.Errorf("a stopped runtime's pools are still exported: Available = %v", got)
+	}
+}
+
+// podReporting is a running pod whose container reports one device's
+// health, as kubelet writes it (KEP-4680).
+func podReporting(device string, status v1.ResourceHealthStatus) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "training", Name: "trainer", UID: "trainer-uid"},
+		Spec: v1.PodSpec{
+			NodeName:       "node-1",
+			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("trainer-gpu")}},
+			Containers:     []v1.Container{{Name: "app", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}},
+		},
+		Status: v1.PodStatus{
+			Phase: v1.PodRunning,
+			ContainerStatuses: []v1.ContainerStatus{{
+				Name: "app",
+				AllocatedResourcesStatus: []v1.ResourceStatus{{
+					Name:      "claim:gpu",
+					Resources: []v1.ResourceHealth{{ResourceID: v1.ResourceID(device), Health: status}},
+				}},
+			}},
+		},
+	}
+}
+
+func waitFor(ctx context.Context, t *testing.T, what string, done func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return done(), nil
+	}); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// gauge returns the value of the series of a gauge with the given labels
+// from the process's legacy registry, or -1 when there is none.
+func gauge(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+func TestWaitingPodsAreActivatedOnce(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	a := &activations{}
+	w := newWaitingPods(a)
+	w.activate(logger) // nobody waits: no call
+	w.add(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "1"}})
+	w.add(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "1"}})
+	w.activate(logger)
+	w.activate(logger)
+	if got := a.activated(); len(got) != 1 || len(got[0]) != 1 || got[0]["ns/p"] == nil {
+		t.Errorf("activations %v, want ns/p once", got)
+	}
+}

@@ -1,0 +1,48 @@
+package draruntime
+
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// waitingPods are the pods refused while devices were withheld as
+// Unhealthy; they are retried when a device recovers, even when no API
+// event announces it (the end of a hold time).
+type waitingPods struct {
+	activator fwk.PodActivator
+	mu        sync.Mutex
+	pods      map[types.UID]*v1.Pod
+}
+
+func newWaitingPods(activator fwk.PodActivator) *waitingPods {
+	return &waitingPods{activator: activator, pods: map[types.UID]*v1.Pod{}}
+}
+
+func (w *waitingPods) add(pod *v1.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pods[pod.UID] = pod
+}
+
+// activate retries every waiting pod and forgets them: a pod refused again
+// is added again by Filter. Pods that were deleted or scheduled meanwhile
+// are ignored by the scheduling queue, which every profile shares.
+func (w *waitingPods) activate(logger klog.Logger) {
+	w.mu.Lock()
+	if len(w.pods) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	pods := make(map[string]*v1.Pod, len(w.pods))
+	for _, pod := range w.pods {
+		pods[pod.Namespace+"/"+pod.Name] = pod
+	}
+	clear(w.pods)
+	w.mu.Unlock()
+	logger.V(3).Info("A withheld device is no longer Unhealthy, retrying the pods that waited for one", "pods", len(pods))
+	w.activator.Activate(logger, pods)
+}
