@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
@@ -36,6 +35,7 @@ import (
 	"github.com/drascope/drascope/apis/config"
 	"github.com/drascope/drascope/apis/config/validation"
 	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/health"
 	"github.com/drascope/drascope/pkg/poolcache"
 	"github.com/drascope/drascope/pkg/poolmetrics"
@@ -159,7 +159,11 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		if identity, err = poolpublisher.LeaseIdentity(); err != nil {
 			return err
 		}
-		client, err := dynamic.NewForConfig(h.KubeConfig())
+		// The scheduler's client config asks for protobuf, which a
+		// custom resource does not speak.
+		config := restclient.CopyConfig(h.KubeConfig())
+		config.ContentType, config.AcceptContentTypes = "application/json", "application/json"
+		client, err := versioned.NewForConfig(config)
 		if err != nil {
 			return fmt.Errorf("ResourcePool client: %w", err)
 		}

@@ -13,18 +13,16 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/describe"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 )
 
 const describePoolExample = `  # A pool by its ResourcePool name
@@ -72,12 +70,12 @@ func (o *describePoolOptions) run(ctx context.Context) error {
 	if (o.name == "") == (o.driver == "" || o.pool == "") {
 		return fmt.Errorf("name a pool: either NAME, or both --driver and --pool")
 	}
-	dyn, client, err := clients(o.configFlags)
+	poolClient, client, err := clients(o.configFlags)
 	if err != nil {
 		return err
 	}
 
-	rp, notes, err := o.findPool(ctx, dyn, client)
+	rp, notes, err := o.findPool(ctx, poolClient, client)
 	if err != nil {
 		return err
 	}
@@ -106,26 +104,22 @@ func (o *describePoolOptions) run(ctx context.Context) error {
 
 // findPool returns the pool's ResourcePool, or one computed client side when
 // no object can be read.
-func (o *describePoolOptions) findPool(ctx context.Context, dyn dynamic.Interface, client kubernetes.Interface) (*v1alpha1.ResourcePool, []string, error) {
+func (o *describePoolOptions) findPool(ctx context.Context, poolClient versioned.Interface, client kubernetes.Interface) (*v1alpha1.ResourcePool, []string, error) {
 	var err error
 	if o.name != "" {
-		var u *unstructured.Unstructured
-		u, err = dyn.Resource(v1alpha1.Resource).Get(ctx, o.name, metav1.GetOptions{})
+		var rp *v1alpha1.ResourcePool
+		rp, err = poolClient.DrascopeV1alpha1().ResourcePools().Get(ctx, o.name, metav1.GetOptions{})
 		if err == nil {
-			var rp v1alpha1.ResourcePool
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &rp); err != nil {
-				return nil, nil, err
-			}
-			return &rp, nil, nil
+			return rp, nil, nil
 		}
 	} else {
 		var pools []v1alpha1.ResourcePool
-		pools, err = listResourcePools(ctx, dyn, poolFilter{driver: o.driver, pool: o.pool})
+		pools, err = listResourcePools(ctx, poolClient, poolFilter{driver: o.driver, pool: o.pool})
 		if err == nil && len(pools) == 1 {
 			return &pools[0], nil, nil
 		}
 	}
-	if err != nil && !apierrors.IsNotFound(err) && !isNotServed(err) && !apierrors.IsForbidden(err) {
+	if err != nil && !apierrors.IsNotFound(err) && !v1alpha1.IsNotServed(err) && !apierrors.IsForbidden(err) {
 		return nil, nil, fmt.Errorf("reading ResourcePools: %w", err)
 	}
 	computed, notes, cerr := computePools(ctx, client, o.driver, "", o.now())

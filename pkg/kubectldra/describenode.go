@@ -53,7 +53,7 @@ func (o *describeNodeOptions) run(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	dyn, client, err := clients(o.configFlags)
+	poolClient, client, err := clients(o.configFlags)
 	if err != nil {
 		return err
 	}
@@ -64,10 +64,10 @@ func (o *describeNodeOptions) run(ctx context.Context) error {
 		return fmt.Errorf("reading node %s: %w", o.node, err)
 	}
 
-	pools, err := listResourcePools(ctx, dyn, poolFilter{node: o.node})
+	pools, err := listResourcePools(ctx, poolClient, poolFilter{node: o.node})
 	var notes []string
 	if err != nil || len(pools) == 0 {
-		if err != nil && !isNotServed(err) && !apierrors.IsForbidden(err) {
+		if err != nil && !v1alpha1.IsNotServed(err) && !apierrors.IsForbidden(err) {
 			return fmt.Errorf("listing ResourcePools: %w", err)
 		}
 		pools, notes, err = computePools(ctx, client, "", o.node, o.now())

@@ -15,16 +15,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/poolstatus"
 )
 
@@ -72,16 +71,16 @@ func (o *poolsOptions) run(ctx context.Context) error {
 	default:
 		return fmt.Errorf("unknown output format %q: use wide, json or yaml", o.output)
 	}
-	dyn, client, err := clients(o.configFlags)
+	poolClient, client, err := clients(o.configFlags)
 	if err != nil {
 		return err
 	}
 
-	pools, err := listResourcePools(ctx, dyn, poolFilter{driver: o.driver, node: o.node})
+	pools, err := listResourcePools(ctx, poolClient, poolFilter{driver: o.driver, node: o.node})
 	var notes []string
 	switch {
 	case err == nil && len(pools) > 0:
-	case err == nil || isNotServed(err) || apierrors.IsForbidden(err):
+	case err == nil || v1alpha1.IsNotServed(err) || apierrors.IsForbidden(err):
 		why := "no ResourcePool objects found"
 		switch {
 		case apierrors.IsForbidden(err):
@@ -118,31 +117,18 @@ func (o *poolsOptions) run(ctx context.Context) error {
 type poolFilter struct{ driver, pool, node string }
 
 // listResourcePools reads ResourcePool objects, filtered on the server.
-func listResourcePools(ctx context.Context, dyn dynamic.Interface, filter poolFilter) ([]v1alpha1.ResourcePool, error) {
+func listResourcePools(ctx context.Context, poolClient versioned.Interface, filter poolFilter) ([]v1alpha1.ResourcePool, error) {
 	var selectors []fields.Selector
 	for field, value := range map[string]string{"spec.driver": filter.driver, "spec.poolName": filter.pool, "spec.nodeName": filter.node} {
 		if value != "" {
 			selectors = append(selectors, fields.OneTermEqualSelector(field, value))
 		}
 	}
-	list, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(selectors...).String()})
+	list, err := poolClient.DrascopeV1alpha1().ResourcePools().List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(selectors...).String()})
 	if err != nil {
 		return nil, err
 	}
-	pools := make([]v1alpha1.ResourcePool, 0, len(list.Items))
-	for i := range list.Items {
-		var rp v1alpha1.ResourcePool
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &rp); err != nil {
-			return nil, fmt.Errorf("decoding ResourcePool %s: %w", list.Items[i].GetName(), err)
-		}
-		pools = append(pools, rp)
-	}
-	return pools, nil
-}
-
-// isNotServed reports a List error that means the resource is not served.
-func isNotServed(err error) bool {
-	return apierrors.IsNotFound(err) || meta.IsNoMatchError(err)
+	return list.Items, nil
 }
 
 // computePools counts pools client side from what the user may read. It
@@ -170,7 +156,7 @@ func computePools(ctx context.Context, client kubernetes.Interface, driver, node
 		for i := range rules.Items {
 			opts.DeviceTaintRules = append(opts.DeviceTaintRules, &rules.Items[i])
 		}
-	} else if !apierrors.IsForbidden(err) && !isNotServed(err) {
+	} else if !apierrors.IsForbidden(err) && !v1alpha1.IsNotServed(err) {
 		return nil, nil, fmt.Errorf("listing DeviceTaintRules: %w", err)
 	}
 

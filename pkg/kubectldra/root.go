@@ -7,8 +7,9 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 )
 
 // NewCommand returns the `kubectl dra` command tree.
@@ -37,12 +38,12 @@ scheduler's write path and keeps them out of it with matchConditions.`,
 }
 
 // clients builds the API clients the commands use from the kubectl flags.
-func clients(configFlags *genericclioptions.ConfigFlags) (dynamic.Interface, kubernetes.Interface, error) {
+func clients(configFlags *genericclioptions.ConfigFlags) (versioned.Interface, kubernetes.Interface, error) {
 	config, err := configFlags.ToRESTConfig()
 	if err != nil {
 		return nil, nil, err
 	}
-	dyn, err := dynamic.NewForConfig(config)
+	pools, err := versioned.NewForConfig(config)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -50,5 +51,5 @@ func clients(configFlags *genericclioptions.ConfigFlags) (dynamic.Interface, kub
 	if err != nil {
 		return nil, nil, err
 	}
-	return dyn, client, nil
+	return pools, client, nil
 }

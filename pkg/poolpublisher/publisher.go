@@ -1,39 +1,37 @@
 // Package poolpublisher writes ResourcePool objects (drascope.dev/v1alpha1)
 // from the pool side cache: one per pool, only from the replica that holds
 // the publisher lease, only when the status changed, at most once per
-// minimum interval per pool, with backoff on errors.
+// minimum interval per pool, with backoff on errors. While publishing it
+// watches the objects it writes, so one deleted or edited by hand is put
+// back as soon as the minimum interval allows.
 package poolpublisher
 
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
+	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/generated/informers/externalversions"
 	"github.com/drascope/drascope/pkg/poolcache"
 	"github.com/drascope/drascope/pkg/poolstatus"
 )
-
-func existingStatus(obj *v1alpha1.ResourcePool) *v1alpha1.ResourcePoolStatus {
-	if obj == nil {
-		return nil
-	}
-	return &obj.Status
-}
 
 // Source is what the publisher reads: the side cache.
 type Source interface {
@@ -72,18 +70,27 @@ type Options struct {
 // Publisher keeps ResourcePool objects in line with the cache.
 type Publisher struct {
 	source Source
-	client dynamic.NamespaceableResourceInterface
+	client versioned.Interface
+	// writes are the client's ResourcePool writes, within the budget.
+	writes typedv1alpha1.ResourcePoolInterface
 	opts   Options
 	clock  clock.WithTicker
 
 	mu sync.Mutex
-	// queue of pools to sync; nil while not publishing (no lease). Each term
-	// of holding the lease has its own, because a queue cannot restart.
+	// term is what one term of holding the lease knows; nil while not
+	// publishing. A queue and an informer cannot restart, and what an
+	// earlier term knew of the server may be stale.
+	term *term
+}
+
+// term is one term of publishing.
+type term struct {
 	queue workqueue.TypedRateLimitingInterface[drausage.PoolID]
-	// objects: the last known server state of each pool's object.
-	objects map[drausage.PoolID]*v1alpha1.ResourcePool
-	// names in use, to keep two pools from sharing one.
-	names map[string]drausage.PoolID
+	// objects is the informer's index of ResourcePools by pool.
+	objects cache.Indexer
+	// written: each pool's object as the publisher's last write returned
+	// it, until the informer has caught up with that write.
+	written map[drausage.PoolID]*v1alpha1.ResourcePool
 	// lastWrite per pool, for the minimum interval.
 	lastWrite map[drausage.PoolID]time.Time
 	// conflicts already reported, per pool.
@@ -92,8 +99,17 @@ type Publisher struct {
 	unpublishedSince map[drausage.PoolID]time.Time
 }
 
+// byPool indexes ResourcePools by the pool their spec names.
+const byPool = "pool"
+
+func poolKey(id drausage.PoolID) string { return id.Driver + "/" + id.Pool }
+
+func poolOf(obj *v1alpha1.ResourcePool) drausage.PoolID {
+	return drausage.PoolID{Driver: obj.Spec.Driver, Pool: obj.Spec.PoolName}
+}
+
 // New returns a publisher; Run starts it.
-func New(source Source, client dynamic.Interface, opts Options) *Publisher {
+func New(source Source, client versioned.Interface, opts Options) *Publisher {
 	c := opts.Clock
 	if c == nil {
 		c = clock.RealClock{}
@@ -103,41 +119,30 @@ func New(source Source, client dynamic.Interface, opts Options) *Publisher {
 	}
 	p := &Publisher{
 		source: source,
-		client: client.Resource(v1alpha1.Resource),
+		client: client,
+		writes: client.DrascopeV1alpha1().ResourcePools(),
 		opts:   opts,
 		clock:  c,
 	}
 	if opts.MaxWritesPerSecond > 0 {
-		p.client = newThrottledWrites(p.client, opts.MaxWritesPerSecond)
+		p.writes = newThrottledWrites(p.writes, opts.MaxWritesPerSecond)
 	}
-	p.resetLocked(nil)
 	source.Subscribe(func(changed []drausage.PoolID) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if p.queue == nil {
+		if p.term == nil {
 			return
 		}
 		for _, id := range changed {
-			if _, ok := p.unpublishedSince[id]; !ok {
+			if _, ok := p.term.unpublishedSince[id]; !ok {
 				if snap := source.Get(id); snap != nil {
-					p.unpublishedSince[id] = snap.ChangedAt
+					p.term.unpublishedSince[id] = snap.ChangedAt
 				}
 			}
-			p.queue.Add(id)
+			p.term.queue.Add(id)
 		}
 	})
 	return p
-}
-
-// resetLocked starts a term with a new queue (nil: not publishing) and
-// forgets what an earlier term knew of the server, which may be stale.
-func (p *Publisher) resetLocked(queue workqueue.TypedRateLimitingInterface[drausage.PoolID]) {
-	p.queue = queue
-	p.objects = map[drausage.PoolID]*v1alpha1.ResourcePool{}
-	p.names = map[string]drausage.PoolID{}
-	p.lastWrite = map[drausage.PoolID]time.Time{}
-	p.conflicts = map[drausage.PoolID]sets.Set[string]{}
-	p.unpublishedSince = map[drausage.PoolID]time.Time{}
 }
 
 // crdCheckInterval is how often a publisher without the CRD looks again.
@@ -148,27 +153,13 @@ const crdCheckInterval = 30 * time.Second
 // it logs one warning, looks again every 30s, and never disturbs scheduling.
 func (p *Publisher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[drausage.PoolID](200*time.Millisecond, 30*time.Second),
-		workqueue.TypedRateLimitingQueueConfig[drausage.PoolID]{Name: "drascope_resourcepool_publisher", Clock: p.clock},
-	)
-	p.mu.Lock()
-	p.resetLocked(queue)
-	p.mu.Unlock()
-	defer func() {
-		queue.ShutDown()
-		p.mu.Lock()
-		p.resetLocked(nil)
-		p.mu.Unlock()
-	}()
-
 	warned := false
 	err := wait.PollUntilContextCancel(ctx, crdCheckInterval, true, func(ctx context.Context) (bool, error) {
-		err := p.adoptExisting(ctx)
+		_, err := p.client.DrascopeV1alpha1().ResourcePools().List(ctx, metav1.ListOptions{Limit: 1})
 		switch {
 		case err == nil:
 			return true, nil
-		case isCRDMissing(err):
+		case v1alpha1.IsNotServed(err):
 			if !warned {
 				logger.Info("Warning: the ResourcePool CRD (resourcepools.drascope.dev) is not installed; not publishing pool status until it is. Install manifests/crds, or set poolStatus.publishResourcePools: false", "err", err)
 				warned = true
@@ -181,19 +172,69 @@ func (p *Publisher) Run(ctx context.Context) {
 	if err != nil {
 		return
 	}
+
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[drausage.PoolID](200*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[drausage.PoolID]{Name: "drascope_resourcepool_publisher", Clock: p.clock},
+	)
+	defer queue.ShutDown()
+	ctx, cancel := context.WithCancel(ctx)
+	factory := externalversions.NewSharedInformerFactory(p.client, 0)
+	defer func() {
+		// Runs before the deferred ShutDown: end the informer first.
+		cancel()
+		factory.Shutdown()
+	}()
+	informer := factory.Drascope().V1alpha1().ResourcePools().Informer()
+	if err := informer.AddIndexers(cache.Indexers{byPool: func(obj interface{}) ([]string, error) {
+		if rp, ok := obj.(*v1alpha1.ResourcePool); ok {
+			return []string{poolKey(poolOf(rp))}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		logger.Error(err, "Indexing ResourcePools; not publishing in this term")
+		return
+	}
+	t := &term{
+		queue:            queue,
+		objects:          informer.GetIndexer(),
+		written:          map[drausage.PoolID]*v1alpha1.ResourcePool{},
+		lastWrite:        map[drausage.PoolID]time.Time{},
+		conflicts:        map[drausage.PoolID]sets.Set[string]{},
+		unpublishedSince: map[drausage.PoolID]time.Time{},
+	}
+	if _, err := informer.AddEventHandler(p.watchHandler(t)); err != nil {
+		logger.Error(err, "Watching ResourcePools; not publishing in this term")
+		return
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return
+	}
+	p.mu.Lock()
+	p.term = t
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		if p.term == t {
+			p.term = nil
+		}
+		p.mu.Unlock()
+	}()
 	logger.Info("Publishing pool status as ResourcePool objects", "minInterval", p.opts.MinInterval)
 
-	// Orphans: objects for pools that no longer exist. Only once the cache
-	// has seen every slice, or every pool would look gone.
+	// Every pool, and every object: objects of pools that no longer exist
+	// are orphans. Only once the cache has seen every slice, or every pool
+	// would look gone.
 	go func() {
 		if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) { return p.opts.Synced(), nil }); err != nil {
 			return
 		}
-		p.mu.Lock()
-		for id := range p.objects {
-			queue.Add(id)
+		for _, obj := range t.objects.List() {
+			if rp, ok := obj.(*v1alpha1.ResourcePool); ok {
+				queue.Add(poolOf(rp))
+			}
 		}
-		p.mu.Unlock()
 		for _, snap := range p.source.List() {
 			queue.Add(snap.PoolID)
 		}
@@ -203,186 +244,255 @@ func (p *Publisher) Run(ctx context.Context) {
 		<-ctx.Done()
 		queue.ShutDown()
 	}()
-	for p.processNext(ctx, queue) {
+	for p.processNext(ctx, t) {
 	}
 }
 
-// adoptExisting lists the objects already there, so that restarts keep their
-// names and find orphans.
-func (p *Publisher) adoptExisting(ctx context.Context) error {
-	list, err := p.client.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
+// watchHandler queues the pool of every ResourcePool the informer sees
+// change, so that one changed or deleted by someone else is put back. The
+// publisher's own writes come back too; their sync finds nothing to do.
+func (p *Publisher) watchHandler(t *term) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if rp, ok := obj.(*v1alpha1.ResourcePool); ok {
+				t.queue.Add(poolOf(rp))
+			}
+		},
+		UpdateFunc: func(oldObj, newObj interface{}) {
+			if rp, ok := oldObj.(*v1alpha1.ResourcePool); ok {
+				t.queue.Add(poolOf(rp))
+			}
+			if rp, ok := newObj.(*v1alpha1.ResourcePool); ok {
+				t.queue.Add(poolOf(rp))
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			rp, ok := obj.(*v1alpha1.ResourcePool)
+			if !ok {
+				return
+			}
+			id := poolOf(rp)
+			p.mu.Lock()
+			if w := t.written[id]; w != nil && w.UID == rp.UID {
+				delete(t.written, id)
+			}
+			p.mu.Unlock()
+			t.queue.Add(id)
+		},
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := range list.Items {
-		obj, err := fromUnstructured(&list.Items[i])
-		if err != nil {
-			return err
-		}
-		id := drausage.PoolID{Driver: obj.Spec.Driver, Pool: obj.Spec.PoolName}
-		p.objects[id] = obj
-		p.names[obj.Name] = id
-	}
-	return nil
 }
 
-func (p *Publisher) processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[drausage.PoolID]) bool {
-	id, shutdown := queue.Get()
+func (p *Publisher) processNext(ctx context.Context, t *term) bool {
+	id, shutdown := t.queue.Get()
 	if shutdown {
 		return false
 	}
-	defer queue.Done(id)
+	defer t.queue.Done(id)
 
-	if wait := p.untilAllowed(id); wait > 0 {
-		queue.AddAfter(id, wait)
+	if wait := p.untilAllowed(t, id); wait > 0 {
+		t.queue.AddAfter(id, wait)
 		return true
 	}
 	start := p.clock.Now()
-	err := p.sync(ctx, id)
+	err := p.sync(ctx, t, id)
 	if p.opts.Observe != nil {
 		p.opts.Observe(p.clock.Since(start), err)
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Publishing ResourcePool; will retry with backoff", "driver", id.Driver, "pool", id.Pool)
-		queue.AddRateLimited(id)
+		t.queue.AddRateLimited(id)
 		return true
 	}
-	queue.Forget(id)
+	t.queue.Forget(id)
 	return true
 }
 
 // untilAllowed says how long a pool must wait for its next write.
-func (p *Publisher) untilAllowed(id drausage.PoolID) time.Duration {
+func (p *Publisher) untilAllowed(t *term, id drausage.PoolID) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	last, ok := p.lastWrite[id]
+	last, ok := t.lastWrite[id]
 	if !ok {
 		return 0
 	}
 	return p.opts.MinInterval - p.clock.Since(last)
 }
 
+// current returns a pool's object as the server last showed it: the
+// informer's, or the publisher's own last write while the informer lags
+// behind it. Further objects that name the same pool (made by hand) are
+// returned as extra, oldest first kept.
+func (p *Publisher) current(t *term, id drausage.PoolID) (obj *v1alpha1.ResourcePool, extra []*v1alpha1.ResourcePool) {
+	indexed, _ := t.objects.ByIndex(byPool, poolKey(id))
+	var found []*v1alpha1.ResourcePool
+	for _, o := range indexed {
+		if rp, ok := o.(*v1alpha1.ResourcePool); ok && poolOf(rp) == id {
+			found = append(found, rp)
+		}
+	}
+	slices.SortFunc(found, func(a, b *v1alpha1.ResourcePool) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	p.mu.Lock()
+	written := t.written[id]
+	p.mu.Unlock()
+	if written != nil {
+		if i := slices.IndexFunc(found, func(rp *v1alpha1.ResourcePool) bool { return rp.UID == written.UID }); i >= 0 {
+			if !newer(written, found[i]) {
+				// The informer has caught up with the write.
+				p.mu.Lock()
+				if t.written[id] == written {
+					delete(t.written, id)
+				}
+				p.mu.Unlock()
+				written = found[i]
+			}
+			found = slices.Delete(found, i, i+1)
+		}
+		return written, found
+	}
+	if len(found) == 0 {
+		return nil, nil
+	}
+	return found[0], found[1:]
+}
+
+// newer reports whether a has a higher resourceVersion than b; when the
+// versions cannot be compared, a is taken as newer only if they differ.
+func newer(a, b *v1alpha1.ResourcePool) bool {
+	cmp, err := resourceversion.CompareResourceVersion(a.ResourceVersion, b.ResourceVersion)
+	if err != nil {
+		return a.ResourceVersion != b.ResourceVersion
+	}
+	return cmp > 0
+}
+
 // sync makes one pool's object match its snapshot: create, update the
 // status, or delete it when the pool is gone.
-func (p *Publisher) sync(ctx context.Context, id drausage.PoolID) error {
+func (p *Publisher) sync(ctx context.Context, t *term, id drausage.PoolID) error {
 	snap := p.source.Get(id)
-	p.mu.Lock()
-	existing := p.objects[id]
-	p.mu.Unlock()
+	existing, extra := p.current(t, id)
+	for _, dup := range extra {
+		if err := p.delete(ctx, t, id, dup, "a second ResourcePool for the same pool"); err != nil {
+			return err
+		}
+	}
 
 	if snap == nil {
 		if existing == nil || !p.opts.Synced() {
 			return nil
 		}
-		err := p.client.Delete(ctx, existing.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.UID}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("deleting ResourcePool %s: %w", existing.Name, err)
-		}
-		if err == nil {
-			p.wrote("delete")
-		}
-		klog.FromContext(ctx).V(2).Info("Deleted ResourcePool of a pool that is gone", "resourcepool", existing.Name, "driver", id.Driver, "pool", id.Pool)
-		p.forget(id, existing.Name)
-		return nil
+		return p.delete(ctx, t, id, existing, "its pool is gone")
 	}
-	p.reportConflicts(ctx, snap)
+	p.reportConflicts(ctx, t, snap)
 
-	status := poolstatus.For(&snap.PoolUsage, existingStatus(existing), p.clock.Now())
+	var previous *v1alpha1.ResourcePoolStatus
+	if existing != nil {
+		previous = &existing.Status
+	}
+	status := poolstatus.For(&snap.PoolUsage, previous, p.clock.Now())
 	if existing == nil {
-		return p.create(ctx, id, snap, status)
+		return p.create(ctx, t, id, snap, status)
 	}
 	if existing.Spec.NodeName != snap.NodeName {
 		// The spec is immutable; a pool that moved node gets a new object.
-		err := p.client.Delete(ctx, existing.Name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("replacing ResourcePool %s: %w", existing.Name, err)
+		if err := p.delete(ctx, t, id, existing, "its pool moved to another node"); err != nil {
+			return err
 		}
-		if err == nil {
-			p.wrote("delete")
-		}
-		p.forget(id, existing.Name)
-		return p.create(ctx, id, snap, status)
+		return p.create(ctx, t, id, snap, status)
 	}
 	if poolstatus.Equal(&existing.Status, status) {
 		// The object already shows this snapshot: nothing is unpublished.
 		p.mu.Lock()
-		delete(p.unpublishedSince, id)
+		delete(t.unpublishedSince, id)
 		p.mu.Unlock()
 		return nil
 	}
 	updated := existing.DeepCopy()
 	updated.Status = *status
-	return p.updateStatus(ctx, id, updated)
+	return p.updateStatus(ctx, t, id, updated)
 }
 
-func (p *Publisher) create(ctx context.Context, id drausage.PoolID, snap *poolcache.Snapshot, status *v1alpha1.ResourcePoolStatus) error {
+// delete removes one object of a pool, if it is still the one the
+// publisher saw.
+func (p *Publisher) delete(ctx context.Context, t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool, why string) error {
+	err := p.writes.Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &obj.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting ResourcePool %s: %w", obj.Name, err)
+	}
+	if err == nil {
+		p.wrote("delete")
+		klog.FromContext(ctx).V(2).Info("Deleted ResourcePool", "resourcepool", obj.Name, "driver", id.Driver, "pool", id.Pool, "reason", why)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w := t.written[id]; w != nil && w.UID == obj.UID {
+		delete(t.written, id)
+		delete(t.lastWrite, id)
+	}
+	if p.source.Get(id) == nil {
+		delete(t.conflicts, id)
+		delete(t.unpublishedSince, id)
+	}
+	return nil
+}
+
+func (p *Publisher) create(ctx context.Context, t *term, id drausage.PoolID, snap *poolcache.Snapshot, status *v1alpha1.ResourcePoolStatus) error {
 	obj := &v1alpha1.ResourcePool{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ResourcePool"},
-		ObjectMeta: metav1.ObjectMeta{Name: p.nameFor(id)},
+		ObjectMeta: metav1.ObjectMeta{Name: p.nameFor(t, id)},
 		Spec:       v1alpha1.ResourcePoolSpec{Driver: id.Driver, PoolName: id.Pool, NodeName: snap.NodeName},
 	}
-	u, err := toUnstructured(obj)
-	if err != nil {
-		return err
-	}
-	created, err := p.client.Create(ctx, u, metav1.CreateOptions{})
+	created, err := p.writes.Create(ctx, obj, metav1.CreateOptions{})
 	if err == nil {
 		p.wrote("create")
 	}
 	if apierrors.IsAlreadyExists(err) {
-		// Made by an earlier leader after this one listed: adopt it.
-		created, err = p.client.Get(ctx, obj.Name, metav1.GetOptions{})
+		// Made by an earlier leader after the informer listed: adopt it.
+		created, err = p.client.DrascopeV1alpha1().ResourcePools().Get(ctx, obj.Name, metav1.GetOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("creating ResourcePool %s: %w", obj.Name, err)
 	}
-	current, err := fromUnstructured(created)
-	if err != nil {
-		return err
+	if poolOf(created) != id {
+		// Another pool holds the name; once the informer shows it,
+		// nameFor picks another.
+		return fmt.Errorf("ResourcePool %s belongs to pool %s/%s", created.Name, created.Spec.Driver, created.Spec.PoolName)
 	}
-	if current.Spec.Driver != id.Driver || current.Spec.PoolName != id.Pool {
-		// Another pool holds the name; nameFor picks another next time.
-		p.mu.Lock()
-		p.names[current.Name] = drausage.PoolID{Driver: current.Spec.Driver, Pool: current.Spec.PoolName}
-		p.mu.Unlock()
-		return fmt.Errorf("ResourcePool %s belongs to pool %s/%s", current.Name, current.Spec.Driver, current.Spec.PoolName)
-	}
-	klog.FromContext(ctx).V(2).Info("Created ResourcePool", "resourcepool", current.Name, "driver", id.Driver, "pool", id.Pool)
-	current.Status = *status
-	return p.updateStatus(ctx, id, current)
+	klog.FromContext(ctx).V(2).Info("Created ResourcePool", "resourcepool", created.Name, "driver", id.Driver, "pool", id.Pool)
+	created.Status = *status
+	return p.updateStatus(ctx, t, id, created)
 }
 
-func (p *Publisher) updateStatus(ctx context.Context, id drausage.PoolID, obj *v1alpha1.ResourcePool) error {
-	u, err := toUnstructured(obj)
+func (p *Publisher) updateStatus(ctx context.Context, t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool) error {
+	updated, err := p.writes.UpdateStatus(ctx, obj, metav1.UpdateOptions{})
 	if err != nil {
-		return err
-	}
-	updated, err := p.client.UpdateStatus(ctx, u, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		// Someone else changed or removed it: learn the server state, retry.
-		p.refresh(ctx, id, obj.Name)
-		return fmt.Errorf("updating status of ResourcePool %s: %w", obj.Name, err)
-	}
-	if err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			// Someone else changed or removed it: the informer brings the
+			// server state, and the retry starts from it.
+			p.mu.Lock()
+			if w := t.written[id]; w != nil && w.UID == obj.UID {
+				delete(t.written, id)
+			}
+			p.mu.Unlock()
+		}
 		return fmt.Errorf("updating status of ResourcePool %s: %w", obj.Name, err)
 	}
 	p.wrote("update")
-	current, err := fromUnstructured(updated)
-	if err != nil {
-		return err
-	}
 	now := p.clock.Now()
 	p.mu.Lock()
-	p.objects[id] = current
-	p.names[current.Name] = id
-	p.lastWrite[id] = now
-	since, ok := p.unpublishedSince[id]
-	delete(p.unpublishedSince, id)
+	t.written[id] = updated
+	t.lastWrite[id] = now
+	since, ok := t.unpublishedSince[id]
+	delete(t.unpublishedSince, id)
 	p.mu.Unlock()
 	if ok {
-		klog.FromContext(ctx).V(4).Info("Updated ResourcePool status", "resourcepool", current.Name, "delay", now.Sub(since))
+		klog.FromContext(ctx).V(4).Info("Updated ResourcePool status", "resourcepool", updated.Name, "delay", now.Sub(since))
 		if p.opts.ObservePublished != nil {
 			p.opts.ObservePublished(now.Sub(since))
 		}
@@ -396,50 +506,31 @@ func (p *Publisher) wrote(verb string) {
 	}
 }
 
-// refresh re-reads one object after a conflict.
-func (p *Publisher) refresh(ctx context.Context, id drausage.PoolID, name string) {
-	u, err := p.client.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			p.forget(id, name)
-		}
-		return
-	}
-	if obj, err := fromUnstructured(u); err == nil {
-		p.mu.Lock()
-		p.objects[id] = obj
-		p.mu.Unlock()
-	}
-}
-
-func (p *Publisher) forget(id drausage.PoolID, name string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.objects, id)
-	delete(p.lastWrite, id)
-	delete(p.conflicts, id)
-	delete(p.unpublishedSince, id)
-	if p.names[name] == id {
-		delete(p.names, name)
-	}
-}
-
 // nameFor picks the object name of a new pool: its plain name when valid and
-// free, otherwise its hashed name.
-func (p *Publisher) nameFor(id drausage.PoolID) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if plain, ok := v1alpha1.PlainName(id.Driver, id.Pool); ok {
-		if owner, taken := p.names[plain]; !taken || owner == id {
-			return plain
+// not held by another pool's object, otherwise its hashed name.
+func (p *Publisher) nameFor(t *term, id drausage.PoolID) string {
+	plain, ok := v1alpha1.PlainName(id.Driver, id.Pool)
+	if !ok {
+		return v1alpha1.HashedName(id.Driver, id.Pool)
+	}
+	if obj, exists, _ := t.objects.GetByKey(plain); exists {
+		if rp, ok := obj.(*v1alpha1.ResourcePool); ok && poolOf(rp) != id {
+			return v1alpha1.HashedName(id.Driver, id.Pool)
 		}
 	}
-	return v1alpha1.HashedName(id.Driver, id.Pool)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for other, w := range t.written {
+		if w.Name == plain && other != id {
+			return v1alpha1.HashedName(id.Driver, id.Pool)
+		}
+	}
+	return plain
 }
 
 // reportConflicts reports each device that newly entered an allocation
-// conflict, once.
-func (p *Publisher) reportConflicts(ctx context.Context, snap *poolcache.Snapshot) {
+// conflict, once per term.
+func (p *Publisher) reportConflicts(ctx context.Context, t *term, snap *poolcache.Snapshot) {
 	current := sets.New[string]()
 	for _, e := range snap.ValidationErrors {
 		if e.Kind == drausage.AllocationConflict {
@@ -447,8 +538,8 @@ func (p *Publisher) reportConflicts(ctx context.Context, snap *poolcache.Snapsho
 		}
 	}
 	p.mu.Lock()
-	reported := p.conflicts[snap.PoolID]
-	p.conflicts[snap.PoolID] = current
+	reported := t.conflicts[snap.PoolID]
+	t.conflicts[snap.PoolID] = current
 	p.mu.Unlock()
 	if p.opts.ReportConflict == nil {
 		return
@@ -456,26 +547,4 @@ func (p *Publisher) reportConflicts(ctx context.Context, snap *poolcache.Snapsho
 	for _, msg := range sets.List(current.Difference(reported)) {
 		p.opts.ReportConflict(ctx, snap.PoolID, msg)
 	}
-}
-
-func toUnstructured(obj *v1alpha1.ResourcePool) (*unstructured.Unstructured, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return nil, err
-	}
-	return &unstructured.Unstructured{Object: m}, nil
-}
-
-func fromUnstructured(u *unstructured.Unstructured) (*v1alpha1.ResourcePool, error) {
-	obj := &v1alpha1.ResourcePool{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
-		return nil, fmt.Errorf("decoding ResourcePool %s: %w", u.GetName(), err)
-	}
-	return obj, nil
-}
-
-// isCRDMissing reports whether a List error says the resourcepools resource
-// is not served: a collection that exists never answers NotFound.
-func isCRDMissing(err error) bool {
-	return apierrors.IsNotFound(err) || meta.IsNoMatchError(err)
 }

@@ -6,27 +6,19 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/generated/clientset/versioned/fake"
 )
 
 // A write beyond the budget waits for a token; one that could not get it
 // before its deadline fails without reaching the apiserver. The fake client
 // only counts requests: no apiserver behaviour is involved.
 func TestThrottledWritesWaitForTheBudget(t *testing.T) {
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{v1alpha1.Resource: "ResourcePoolList"})
-	writes := newThrottledWrites(client.Resource(v1alpha1.Resource), 1)
-	pool := func(name string) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion(v1alpha1.SchemeGroupVersion.String())
-		u.SetKind("ResourcePool")
-		u.SetName(name)
-		return u
+	client := fake.NewSimpleClientset()
+	writes := newThrottledWrites(client.DrascopeV1alpha1().ResourcePools(), 1)
+	pool := func(name string) *v1alpha1.ResourcePool {
+		return &v1alpha1.ResourcePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	}
 	if _, err := writes.Create(context.Background(), pool("a"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("first write within the budget: %v", err)

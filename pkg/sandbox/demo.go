@@ -13,14 +13,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/kubectldra"
 )
 
@@ -34,7 +32,7 @@ const (
 type demo struct {
 	out        io.Writer
 	client     kubernetes.Interface
-	dynamic    dynamic.Interface
+	pools      versioned.Interface
 	kubeconfig string
 	health     *healthReporter
 	nodes      []string
@@ -189,16 +187,12 @@ func (d *demo) waitPending(ctx context.Context, namespace, name, want string) (s
 func (d *demo) waitAllocated(ctx context.Context, want int) error {
 	got := -1
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		list, err := d.dynamic.Resource(v1alpha1.SchemeGroupVersion.WithResource("resourcepools")).List(ctx, metav1.ListOptions{})
+		list, err := d.pools.DrascopeV1alpha1().ResourcePools().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
 		got = 0
-		for _, item := range list.Items {
-			var rp v1alpha1.ResourcePool
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(item.UnstructuredContent(), &rp); err != nil {
-				return false, err
-			}
+		for _, rp := range list.Items {
 			if rp.Status.Summary != nil {
 				got += int(rp.Status.Summary.AllocatedDevices)
 			}

@@ -21,12 +21,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/manifests"
+	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/localcluster"
 )
 
@@ -95,7 +94,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(cp.Admin)
+	pools, err := versioned.NewForConfig(cp.Admin)
 	if err != nil {
 		return err
 	}
@@ -132,13 +131,13 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := startDriver(ctx, client, nodes, opts.DevicesPerNode); err != nil {
 		return err
 	}
-	if err := waitForPools(ctx, dyn, opts.Nodes+1); err != nil {
+	if err := waitForPools(ctx, pools, opts.Nodes+1); err != nil {
 		return err
 	}
 	say("\nThe sandbox is up after %s. In another shell:\n  export KUBECONFIG=%s\n  kubectl dra pools", time.Since(start).Round(100*time.Millisecond), kubeconfig)
 
 	if opts.Demo {
-		d := &demo{out: out, client: client, dynamic: dyn, kubeconfig: kubeconfig, health: health, nodes: nodes, gpus: opts.DevicesPerNode}
+		d := &demo{out: out, client: client, pools: pools, kubeconfig: kubeconfig, health: health, nodes: nodes, gpus: opts.DevicesPerNode}
 		if err := d.run(ctx); err != nil {
 			return err
 		}
@@ -192,10 +191,10 @@ func startScheduler(ctx context.Context, cp *localcluster.ControlPlane, kubeconf
 
 // waitForPools waits until the scheduler publishes a ResourcePool for every
 // pool the driver publishes.
-func waitForPools(ctx context.Context, dyn dynamic.Interface, want int) error {
+func waitForPools(ctx context.Context, pools versioned.Interface, want int) error {
 	got := 0
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := dyn.Resource(v1alpha1.SchemeGroupVersion.WithResource("resourcepools")).List(ctx, metav1.ListOptions{})
+		list, err := pools.DrascopeV1alpha1().ResourcePools().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}

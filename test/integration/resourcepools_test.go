@@ -19,47 +19,27 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
+	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/poolcache"
 	"github.com/drascope/drascope/pkg/poolpublisher"
 )
 
-func resourcePools(t *testing.T) dynamic.ResourceInterface {
+func resourcePools(t *testing.T) typedv1alpha1.ResourcePoolInterface {
 	t.Helper()
-	client, err := dynamic.NewForConfig(env.cp.Admin)
+	client, err := versioned.NewForConfig(env.cp.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client.Resource(v1alpha1.Resource)
-}
-
-func decodePool(t *testing.T, u *unstructured.Unstructured) *v1alpha1.ResourcePool {
-	t.Helper()
-	rp, err := poolFrom(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rp
-}
-
-// poolFrom is decodePool for goroutines other than the test's, which must
-// not call t.Fatal.
-func poolFrom(u *unstructured.Unstructured) (*v1alpha1.ResourcePool, error) {
-	rp := &v1alpha1.ResourcePool{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, rp); err != nil {
-		return nil, fmt.Errorf("decoding ResourcePool %s: %w", u.GetName(), err)
-	}
-	return rp, nil
+	return client.DrascopeV1alpha1().ResourcePools()
 }
 
 // poolObjectName is the object name drascope gives a pool of this test driver.
@@ -80,12 +60,12 @@ func (s *scenario) waitForResourcePool(name, want string, ok func(*v1alpha1.Reso
 	var last *v1alpha1.ResourcePool
 	var lastErr error
 	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		u, err := client.Get(ctx, name, metav1.GetOptions{})
+		rp, err := client.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			lastErr = err
 			return false, nil
 		}
-		last = decodePool(s.t, u)
+		last = rp
 		return ok(last), nil
 	})
 	if err != nil {
@@ -303,16 +283,11 @@ func TestResourcePoolWritesAreCoalesced(t *testing.T) {
 	go func() {
 		defer close(done)
 		for event := range watcher.ResultChan() {
-			u, ok := event.Object.(*unstructured.Unstructured)
+			rp, ok := event.Object.(*v1alpha1.ResourcePool)
 			if event.Type != watch.Modified || !ok {
 				continue
 			}
 			writes++
-			rp, err := poolFrom(u)
-			if err != nil {
-				watchErr = err
-				return
-			}
 			for k := 0; k < int(rp.Status.Summary.AllocatedDevices) && k < allocations; k++ {
 				if seenAt[k].IsZero() {
 					seenAt[k] = time.Now()
@@ -393,15 +368,11 @@ func TestResourcePoolsAfterSchedulerRestart(t *testing.T) {
 		if err := env.client.ResourceV1().ResourceSlices().Delete(s.ctx, sliceName(goes), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		orphan, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&v1alpha1.ResourcePool{
-			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ResourcePool"},
+		orphan := &v1alpha1.ResourcePool{
 			ObjectMeta: metav1.ObjectMeta{Name: s.namespace + ".orphan"},
 			Spec:       v1alpha1.ResourcePoolSpec{Driver: driverName, PoolName: s.namespace + "-never-existed"},
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
-		if _, err := resourcePools(t).Create(s.ctx, &unstructured.Unstructured{Object: orphan}, metav1.CreateOptions{}); err != nil {
+		if _, err := resourcePools(t).Create(s.ctx, orphan, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -647,7 +618,9 @@ func schedulerLogSince(t *testing.T, offset int64) string {
 
 // A publisher that loses its lease and later gets it back publishes again:
 // each term starts afresh. The publisher here is fed by a cache of its own,
-// for a driver the scheduler does not know, so the two do not meet.
+// for a driver the scheduler does not know. It runs while the in-process
+// scheduler is stopped: each publisher owns every ResourcePool, so the two
+// would delete each other's objects as orphans.
 func TestPublisherServesASecondTerm(t *testing.T) {
 	s := newScenario(t, nil)
 	const testDriver = "terms.example.com"
@@ -663,7 +636,7 @@ func TestPublisherServesASecondTerm(t *testing.T) {
 		}
 		return sl
 	}
-	client, err := dynamic.NewForConfig(env.cp.Admin)
+	client, err := versioned.NewForConfig(env.cp.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -679,12 +652,39 @@ func TestPublisherServesASecondTerm(t *testing.T) {
 		cancel()
 		<-done
 	}
-	cache.SetSlice(slice(2))
-	cache.Sync()
-	term(2)
+	restartScheduler(t, func() {
+		cache.SetSlice(slice(2))
+		cache.Sync()
+		term(2)
 
-	// Changes while not holding the lease are published in the next term.
-	cache.SetSlice(slice(3))
-	cache.Sync()
-	term(3)
+		// Changes while not holding the lease are published in the next term.
+		cache.SetSlice(slice(3))
+		cache.Sync()
+		term(3)
+	})
+}
+
+// A ResourcePool deleted or edited by hand is put back: the publisher
+// watches the objects it writes.
+func TestResourcePoolRepairedAfterHandEdits(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 2)
+	name := poolObjectName(t, node)
+	before := s.waitForResourcePool(name, "created", summaryIs(2, 0, 2, 0))
+
+	if err := resourcePools(t).Delete(s.ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	back := s.waitForResourcePool(name, "created again after a hand delete", func(rp *v1alpha1.ResourcePool) bool {
+		return rp.UID != before.UID && summaryIs(2, 0, 2, 0)(rp)
+	})
+
+	edited := back.DeepCopy()
+	edited.Status.Summary = &v1alpha1.PoolSummary{TotalDevices: 2, AllocatedDevices: 2}
+	if _, err := resourcePools(t).UpdateStatus(s.ctx, edited, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitForResourcePool(name, "its status restored after a hand edit", func(rp *v1alpha1.ResourcePool) bool {
+		return rp.UID == back.UID && summaryIs(2, 0, 2, 0)(rp)
+	})
 }

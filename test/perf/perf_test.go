@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics/legacyregistry"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -32,9 +31,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/manifests"
 	"github.com/drascope/drascope/pkg/draruntime"
+	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
+	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/localcluster"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
 	"github.com/drascope/drascope/test/perf/results"
@@ -234,14 +234,14 @@ const poolProgressTimeout = time.Minute
 // allocated exactly the devices the claims hold, for as long as that keeps
 // getting closer.
 func waitForResourcePools(tCtx ktesting.TContext) error {
-	client, err := dynamic.NewForConfig(tCtx.RESTConfig())
+	client, err := versioned.NewForConfig(tCtx.RESTConfig())
 	if err != nil {
 		return err
 	}
 	var diffs []string
 	fewest, lastProgress := -1, time.Now()
 	err = wait.PollUntilContextCancel(tCtx, time.Second, true, func(ctx context.Context) (bool, error) {
-		diffs, err = comparePools(ctx, tCtx.Client(), client.Resource(v1alpha1.Resource))
+		diffs, err = comparePools(ctx, tCtx.Client(), client.DrascopeV1alpha1().ResourcePools())
 		if err != nil {
 			return false, err
 		}
@@ -267,7 +267,7 @@ func waitForResourcePools(tCtx ktesting.TContext) error {
 
 // comparePools lists how the ResourcePools differ from the claims'
 // allocations (admin access takes nothing).
-func comparePools(ctx context.Context, client kubernetes.Interface, pools dynamic.ResourceInterface) ([]string, error) {
+func comparePools(ctx context.Context, client kubernetes.Interface, pools typedv1alpha1.ResourcePoolInterface) ([]string, error) {
 	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -294,11 +294,7 @@ func comparePools(ctx context.Context, client kubernetes.Interface, pools dynami
 	}
 	var diffs []string
 	seen := sets.New[string]()
-	for _, item := range list.Items {
-		var rp v1alpha1.ResourcePool
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, &rp); err != nil {
-			return nil, err
-		}
+	for _, rp := range list.Items {
 		key := rp.Spec.Driver + "/" + rp.Spec.PoolName
 		seen.Insert(key)
 		got := 0

@@ -12,8 +12,14 @@ const GroupName = "drascope.dev"
 // SchemeGroupVersion is drascope.dev/v1alpha1.
 var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
 
-// Resource is the resourcepools resource of this version.
-var Resource = SchemeGroupVersion.WithResource("resourcepools")
+// ResourcePools is the resourcepools resource of this version.
+var ResourcePools = SchemeGroupVersion.WithResource("resourcepools")
+
+// Resource takes an unqualified resource and returns a group-qualified
+// GroupResource, as the generated listers expect of an API package.
+func Resource(resource string) schema.GroupResource {
+	return SchemeGroupVersion.WithResource(resource).GroupResource()
+}
 
 var (
 	// SchemeBuilder registers the ResourcePool types.
