@@ -115,14 +115,30 @@ perf: $(BIN)/etcd ## scheduler_perf performance workloads, upstream vs DRAScope 
 perf-smoke: $(BIN)/etcd ## scheduler_perf short workloads, upstream vs DRAScope (checks the harness, not speed).
 	$(call run-perf,smoke,short)
 
-generate: ## Regenerate deepcopy, conversion and defaulting code.
+generate: ## Regenerate deepcopy, conversion and defaulting code, and the ResourcePool clientset, listers and informers.
 	hack/update-codegen.sh
 
-verify: ## Fail if generated code or formatting is stale.
-	hack/update-codegen.sh
-	git diff --exit-code -- apis
-	test -z "$$(gofmt -l apis pkg cmd test hack)"
+# Linters have a module of their own (hack/lint), so that their
+# golang.org/x/tools never moves the Kubernetes build.
+$(BIN)/staticcheck: hack/lint/go.mod hack/lint/go.sum
+	cd hack/lint && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
+
+$(BIN)/goimports: hack/lint/go.mod hack/lint/go.sum
+	cd hack/lint && $(GO) build -o $@ golang.org/x/tools/cmd/goimports
+
+# Hand-written Go files; generated ones are checked by regenerating them.
+GO_DIRS    := apis pkg cmd test hack internal
+GO_SOURCES  = $(shell find $(wildcard $(GO_DIRS)) -name '*.go' -not -name 'zz_generated.*' -not -path 'pkg/generated/*')
+
+verify: $(BIN)/staticcheck $(BIN)/goimports ## Fail if generated code or go.mod is stale, a file is not gofmt/goimports clean, or go vet or staticcheck find a problem.
+	hack/verify-codegen.sh
+	$(GO) mod tidy -diff
+	@out=$$(gofmt -l $(wildcard $(GO_DIRS))); \
+	  if [ -n "$$out" ]; then echo "Not gofmt'd (run gofmt -w on them):"; echo "$$out"; exit 1; fi
+	@out=$$($(BIN)/goimports -local github.com/drascope/drascope -l $(GO_SOURCES)); \
+	  if [ -n "$$out" ]; then echo "Imports not grouped as goimports -local github.com/drascope/drascope groups them:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(BIN)/staticcheck $$($(GO) list ./... | grep -v /pkg/generated/)
 
 clean:
 	rm -rf $(BIN)

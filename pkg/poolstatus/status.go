@@ -43,12 +43,12 @@ func For(snap *drausage.PoolUsage, previous *v1alpha1.ResourcePoolStatus, now ti
 			})
 		}
 	}
-	var incomplete, invalid []string
+	// Missing slices are the Complete condition's business; Valid counts
+	// the other problems.
+	var invalid []string
 	for _, e := range snap.ValidationErrors {
 		status.ValidationErrors = append(status.ValidationErrors, e.Message)
-		if e.Kind == drausage.MissingSlices {
-			incomplete = append(incomplete, e.Message)
-		} else {
+		if e.Kind != drausage.MissingSlices {
 			invalid = append(invalid, e.Message)
 		}
 	}

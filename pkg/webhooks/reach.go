@@ -176,15 +176,14 @@ func exampleRequest(rule ExclusionRule) Request {
 			break
 		}
 	}
-	for _, entry := range rule.Resources {
-		res, sub, _ := strings.Cut(entry, "/")
+	if len(rule.Resources) > 0 {
+		res, sub, _ := strings.Cut(rule.Resources[0], "/")
 		if res != "*" {
 			r.Resource.Resource = res
 		}
 		if sub != "*" {
 			r.SubResource = sub
 		}
-		break
 	}
 	if rule.Scope == nil || *rule.Scope != admissionregistrationv1.ClusterScope {
 		r.Namespace = first(rule.Namespaces, "default")

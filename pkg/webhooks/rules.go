@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	pathvalidation "k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
@@ -121,7 +121,7 @@ func validateRule(rule ExclusionRule, path *field.Path) field.ErrorList {
 		if name == "" {
 			errs = append(errs, field.Required(path.Child("objectNames").Index(i), "an object name"))
 		}
-		for _, msg := range pathvalidation.IsValidPathSegmentName(name) {
+		for _, msg := range content.IsPathSegmentName(name) {
 			errs = append(errs, field.Invalid(path.Child("objectNames").Index(i), name, msg))
 		}
 	}
