@@ -170,6 +170,7 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		publisher = poolpublisher.New(r.pools, client, poolpublisher.Options{
 			MinInterval:        args.PoolStatus.MinPublishInterval.Duration,
 			MaxWritesPerSecond: args.PoolStatus.MaxWritesPerSecond,
+			DeviceHealthPolicy: string(args.DeviceHealth.Policy),
 			Synced:             synced,
 			Observe:            poolmetrics.ObserveSync,
 			ObservePublished:   poolmetrics.ObservePublished,
@@ -239,7 +240,7 @@ func (r *Runtime) deviceHealth(pool drausage.PoolID, device string) drausage.Dev
 	if !ok {
 		return drausage.DeviceHealth{}
 	}
-	return drausage.DeviceHealth{Status: string(report.Health), Detail: report.Detail()}
+	return drausage.DeviceHealth{Status: report.Health, Detail: report.Detail()}
 }
 
 // knownDriver says whether health reports about a driver are believed: once

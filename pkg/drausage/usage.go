@@ -1,3 +1,8 @@
+// Package drausage holds the counting rules of drascope: which devices of a
+// pool claims hold, which are free but cannot be allocated, and what is
+// wrong across a pool's slices. It is pure: no clients, no goroutines. The
+// scheduler's side cache, kubectl dra and the integration tests' invariant
+// all count with it.
 package drausage
 
 import (
@@ -5,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,11 +44,20 @@ const (
 	DeviceUnavailable DeviceState = "Unavailable"
 )
 
+// UnavailableReason says why a free device cannot take an allocation now.
+type UnavailableReason string
+
 // Reasons for DeviceUnavailable.
 const (
-	ReasonTainted           = "Tainted"
-	ReasonCountersExhausted = "CountersExhausted"
-	ReasonUnhealthy         = "Unhealthy"
+	// ReasonTainted: a NoSchedule or NoExecute taint, from the slice or a
+	// DeviceTaintRule.
+	ReasonTainted UnavailableReason = "Tainted"
+	// ReasonCountersExhausted: the shared counters the device consumes are
+	// used up by other devices of its partitionable parent.
+	ReasonCountersExhausted UnavailableReason = "CountersExhausted"
+	// ReasonUnhealthy: kubelet reported the device Unhealthy and the
+	// scheduler withholds it (Options.WithholdUnhealthy).
+	ReasonUnhealthy UnavailableReason = "Unhealthy"
 )
 
 // Summary counts the devices of a pool. Available = Total - Allocated -
@@ -76,16 +91,27 @@ type Allocation struct {
 type DeviceUsage struct {
 	Name  string
 	State DeviceState
-	// Reason says why an Unavailable device is: ReasonTainted,
-	// ReasonCountersExhausted or ReasonUnhealthy, followed by ": " and the
-	// detail.
-	Reason string
+	// Reason says why an Unavailable device is; empty for every other state.
+	Reason UnavailableReason
+	// Message is the detail of Reason for people: which taint, which
+	// counter, who reported the device Unhealthy.
+	Message string
 	// Health is what Options.Health knows of the device.
 	Health DeviceHealth
 	// Allocations hold the device in use.
 	Allocations []Allocation
 	// AdminAccess lists KEP-5018 observers: they never count as allocated.
 	AdminAccess []Allocation
+}
+
+// Unavailability is Reason and Message as one line for people, such as
+// "Tainted: maintenance=true:NoSchedule"; empty when the device is not
+// Unavailable.
+func (d *DeviceUsage) Unavailability() string {
+	if d.Reason == "" {
+		return ""
+	}
+	return string(d.Reason) + ": " + d.Message
 }
 
 // ValidationKind classifies a pool validation problem.
@@ -160,17 +186,10 @@ type Options struct {
 	WithholdUnhealthy bool
 }
 
-// Health values, as kubelet reports them in pod status.
-const (
-	Healthy   = "Healthy"
-	Unhealthy = "Unhealthy"
-	Unknown   = "Unknown"
-)
-
 // DeviceHealth is what is known of one device's health.
 type DeviceHealth struct {
 	// Status is Healthy, Unhealthy, Unknown, or empty when nothing is known.
-	Status string
+	Status v1.ResourceHealthStatus
 	// Detail says who reported it, when, and why.
 	Detail string
 }
@@ -248,7 +267,7 @@ func ComputePool(id PoolID, poolSlices []*resourceapi.ResourceSlice, claims []*r
 	if opts.Health != nil {
 		for name, d := range devices {
 			d.health = opts.Health(id, name)
-			d.withheld = opts.WithholdUnhealthy && d.health.Status == Unhealthy && d.dedicated == 0 && d.shares == 0
+			d.withheld = opts.WithholdUnhealthy && d.health.Status == v1.ResourceHealthStatusUnhealthy && d.dedicated == 0 && d.shares == 0
 		}
 	}
 
@@ -266,7 +285,7 @@ func ComputePool(id PoolID, poolSlices []*resourceapi.ResourceSlice, claims []*r
 				du.State = DevicePartiallyAllocated
 			}
 		default:
-			du.State, du.Reason = freeDeviceState(id, d, counters, opts)
+			du.State, du.Reason, du.Message = freeDeviceState(id, d, counters, opts)
 		}
 		usage.Devices = append(usage.Devices, du)
 		usage.Summary.count(du.State)
@@ -448,24 +467,25 @@ func remainingCounters(current []*resourceapi.ResourceSlice, devices map[string]
 	return remaining
 }
 
-// freeDeviceState decides whether a device nobody holds can take an allocation.
-func freeDeviceState(id PoolID, d *device, counters map[counterKey]resource.Quantity, opts Options) (DeviceState, string) {
+// freeDeviceState decides whether a device nobody holds can take an
+// allocation, and if not, why.
+func freeDeviceState(id PoolID, d *device, counters map[counterKey]resource.Quantity, opts Options) (DeviceState, UnavailableReason, string) {
 	if taint := blockingTaint(id, d.spec, opts.DeviceTaintRules); taint != nil {
-		return DeviceUnavailable, fmt.Sprintf("%s: %s=%s:%s", ReasonTainted, taint.Key, taint.Value, taint.Effect)
+		return DeviceUnavailable, ReasonTainted, fmt.Sprintf("%s=%s:%s", taint.Key, taint.Value, taint.Effect)
 	}
 	if d.withheld {
-		return DeviceUnavailable, ReasonUnhealthy + ": " + d.health.Detail
+		return DeviceUnavailable, ReasonUnhealthy, d.health.Detail
 	}
 	for _, consumption := range d.spec.ConsumesCounters {
 		for _, name := range sortedKeys(consumption.Counters) {
 			left, ok := counters[counterKey{consumption.CounterSet, name}]
 			if ok && left.Cmp(consumption.Counters[name].Value) < 0 {
-				return DeviceUnavailable, fmt.Sprintf("%s: counter %s/%s has %s left, the device needs %s",
-					ReasonCountersExhausted, consumption.CounterSet, name, left.String(), ptr.To(consumption.Counters[name].Value).String())
+				return DeviceUnavailable, ReasonCountersExhausted, fmt.Sprintf("counter %s/%s has %s left, the device needs %s",
+					consumption.CounterSet, name, left.String(), ptr.To(consumption.Counters[name].Value).String())
 			}
 		}
 	}
-	return DeviceAvailable, ""
+	return DeviceAvailable, "", ""
 }
 
 // blockingTaint returns a NoSchedule or NoExecute taint on the device, from

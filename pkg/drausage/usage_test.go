@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,7 +64,7 @@ func states(p PoolUsage) map[string]string {
 	for _, d := range p.Devices {
 		out[d.Name] = string(d.State)
 		if d.Reason != "" {
-			out[d.Name] += " (" + strings.SplitN(d.Reason, ":", 2)[0] + ")"
+			out[d.Name] += " (" + string(d.Reason) + ")"
 		}
 	}
 	return out
@@ -276,9 +277,9 @@ func TestComputePoolUsage(t *testing.T) {
 func unhealthy(names ...string) func(PoolID, string) DeviceHealth {
 	return func(_ PoolID, device string) DeviceHealth {
 		if slices.Contains(names, device) {
-			return DeviceHealth{Status: Unhealthy, Detail: "reported by pod default/p: fan"}
+			return DeviceHealth{Status: v1.ResourceHealthStatusUnhealthy, Detail: "reported by pod default/p: fan"}
 		}
-		return DeviceHealth{Status: Healthy}
+		return DeviceHealth{Status: v1.ResourceHealthStatusHealthy}
 	}
 }
 
@@ -288,12 +289,12 @@ func TestHealthIsReportedForEveryDevice(t *testing.T) {
 		[]*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "gpu-0"))},
 		Options{Health: unhealthy("gpu-0", "gpu-1"), WithholdUnhealthy: true})[0]
 	for _, d := range p.Devices {
-		if d.Health.Status != Unhealthy || d.Health.Detail == "" {
+		if d.Health.Status != v1.ResourceHealthStatusUnhealthy || d.Health.Detail == "" {
 			t.Errorf("device %s: health %+v, want Unhealthy with its detail", d.Name, d.Health)
 		}
 	}
-	if got := p.Devices[1].Reason; got != "Unhealthy: reported by pod default/p: fan" {
-		t.Errorf("reason of the withheld device: %q", got)
+	if got := p.Devices[1]; got.Reason != ReasonUnhealthy || got.Message != "reported by pod default/p: fan" {
+		t.Errorf("withheld device: reason %q, message %q; want Unhealthy, with who reported it", got.Reason, got.Message)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/describe"
 
+	"github.com/drascope/drascope/apis/config"
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
@@ -204,22 +206,18 @@ func deviceDetail(ctx context.Context, client kubernetes.Interface, id drausage.
 // schedulerHealth returns device health as the scheduler remembers it, from
 // the ResourcePool: it learned it from pod statuses, some of them of pods
 // long deleted, which a client cannot see. It also says whether the
-// scheduler withholds Unhealthy devices (deviceHealth.policy Avoid): it
-// does when it lists a free Unhealthy device as Unavailable for that reason.
+// scheduler withholds Unhealthy devices, as the ResourcePool publishes its
+// deviceHealth.policy.
 func schedulerHealth(rp *v1alpha1.ResourcePool) (func(drausage.PoolID, string) drausage.DeviceHealth, bool) {
+	withholds := rp.Status.DeviceHealthPolicy == string(config.DeviceHealthAvoid)
 	known := map[string]drausage.DeviceHealth{}
-	withholds := false
 	for _, d := range rp.Status.Devices {
-		if d.Health == "" {
-			continue
-		}
-		known[d.Name] = drausage.DeviceHealth{Status: d.Health, Detail: d.HealthMessage}
-		if d.Health == drausage.Unhealthy && strings.HasPrefix(d.Reason, drausage.ReasonUnhealthy+":") {
-			withholds = true
+		if d.Health != "" {
+			known[d.Name] = drausage.DeviceHealth{Status: v1.ResourceHealthStatus(d.Health), Detail: d.HealthMessage}
 		}
 	}
 	if len(known) == 0 {
-		return nil, false
+		return nil, withholds
 	}
 	return func(_ drausage.PoolID, device string) drausage.DeviceHealth { return known[device] }, withholds
 }
@@ -240,7 +238,7 @@ func markHeldByOthers(usage *drausage.PoolUsage, rp *v1alpha1.ResourcePool) {
 			continue
 		}
 		// Held, but by no claim the user may list: no allocation to show.
-		d.State, d.Reason = drausage.DeviceState(state), ""
+		d.State, d.Reason, d.Message = drausage.DeviceState(state), "", ""
 	}
 }
 

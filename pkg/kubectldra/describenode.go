@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,13 +151,13 @@ func writeDevices(w describe.PrefixWriter, level int, detail *drausage.PoolUsage
 		}
 		switch {
 		case d.Reason != "":
-			details = append([]string{d.Reason}, details...)
-		case d.Health.Status == drausage.Unhealthy:
+			details = append([]string{d.Unavailability()}, details...)
+		case d.Health.Status == v1.ResourceHealthStatusUnhealthy:
 			details = append([]string{d.Health.Detail}, details...)
 		}
 		health := d.Health.Status
 		if health == "" {
-			health = drausage.Unknown
+			health = v1.ResourceHealthStatusUnknown
 		}
 		claim := orNone(strings.Join(claims, ", "))
 		if len(claims) == 0 && (d.State == drausage.DeviceAllocated || d.State == drausage.DevicePartiallyAllocated) {

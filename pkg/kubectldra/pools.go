@@ -187,7 +187,7 @@ func computePools(ctx context.Context, client kubernetes.Interface, driver, node
 			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ResourcePool"},
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec:       v1alpha1.ResourcePoolSpec{Driver: usage.Driver, PoolName: usage.Pool, NodeName: usage.NodeName},
-			Status:     *poolstatus.For(&usage, nil, now),
+			Status:     *poolstatus.For(&usage, "", nil, now),
 		})
 	}
 	return pools, notes, nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -236,7 +237,7 @@ func TestInvalidateRecomputesWithNewHealth(t *testing.T) {
 		WithholdUnhealthy: true,
 		Health: func(_ drausage.PoolID, device string) drausage.DeviceHealth {
 			if unhealthy[device] {
-				return drausage.DeviceHealth{Status: drausage.Unhealthy, Detail: "reported by pod default/p"}
+				return drausage.DeviceHealth{Status: v1.ResourceHealthStatusUnhealthy, Detail: "reported by pod default/p"}
 			}
 			return drausage.DeviceHealth{}
 		},

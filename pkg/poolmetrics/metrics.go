@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
@@ -159,17 +160,17 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			}
 		}
 		ch <- metrics.NewLazyConstMetric(conflictsDesc, metrics.GaugeValue, float64(conflicts), labels...)
-		byHealth := map[string]int{drausage.Healthy: 0, drausage.Unhealthy: 0, drausage.Unknown: 0}
+		byHealth := map[v1.ResourceHealthStatus]int{v1.ResourceHealthStatusHealthy: 0, v1.ResourceHealthStatusUnhealthy: 0, v1.ResourceHealthStatusUnknown: 0}
 		for _, d := range s.Devices {
 			switch d.Health.Status {
-			case drausage.Healthy, drausage.Unhealthy:
+			case v1.ResourceHealthStatusHealthy, v1.ResourceHealthStatusUnhealthy:
 				byHealth[d.Health.Status]++
 			default:
-				byHealth[drausage.Unknown]++
+				byHealth[v1.ResourceHealthStatusUnknown]++
 			}
 		}
 		for health, n := range byHealth {
-			ch <- metrics.NewLazyConstMetric(healthDesc, metrics.GaugeValue, float64(n), append(labels, health)...)
+			ch <- metrics.NewLazyConstMetric(healthDesc, metrics.GaugeValue, float64(n), append(labels, string(health))...)
 		}
 	}
 }

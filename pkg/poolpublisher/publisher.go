@@ -50,6 +50,9 @@ type Options struct {
 	MinInterval time.Duration
 	// MaxWritesPerSecond, when positive, bounds the writes across all pools.
 	MaxWritesPerSecond int32
+	// DeviceHealthPolicy is the scheduler's deviceHealth.policy, which the
+	// source counted under; it is published in every status.
+	DeviceHealthPolicy string
 	// Synced reports whether the source has seen every existing slice and
 	// claim; orphaned objects are deleted only after that.
 	Synced func() bool
@@ -396,7 +399,7 @@ func (p *Publisher) sync(ctx context.Context, t *term, id drausage.PoolID) error
 	if existing != nil {
 		previous = &existing.Status
 	}
-	status := poolstatus.For(&snap.PoolUsage, previous, p.clock.Now())
+	status := poolstatus.For(&snap.PoolUsage, p.opts.DeviceHealthPolicy, previous, p.clock.Now())
 	if existing == nil {
 		return p.create(ctx, t, id, snap, status)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,10 +17,12 @@ import (
 	"github.com/drascope/drascope/pkg/drausage"
 )
 
-// For renders a pool's usage as a ResourcePool status. Given the previous
-// status, it keeps the transition times of unchanged conditions, and the
-// lastUpdateTime when nothing else changed.
-func For(snap *drausage.PoolUsage, previous *v1alpha1.ResourcePoolStatus, now time.Time) *v1alpha1.ResourcePoolStatus {
+// For renders a pool's usage as a ResourcePool status, counted under the
+// scheduler's deviceHealth.policy (empty when not known, as for a pool
+// computed client side). Given the previous status, it keeps the transition
+// times of unchanged conditions, and the lastUpdateTime when nothing else
+// changed.
+func For(snap *drausage.PoolUsage, healthPolicy string, previous *v1alpha1.ResourcePoolStatus, now time.Time) *v1alpha1.ResourcePoolStatus {
 	s := snap.Summary
 	status := &v1alpha1.ResourcePoolStatus{
 		Summary: &v1alpha1.PoolSummary{
@@ -34,12 +37,13 @@ func For(snap *drausage.PoolUsage, previous *v1alpha1.ResourcePoolStatus, now ti
 		ExpectedSliceCount:  int32(snap.ExpectedSlices),
 		ObservedGeneration:  snap.Generation,
 		LastUpdateTime:      &metav1.Time{Time: now.Truncate(time.Second)},
+		DeviceHealthPolicy:  healthPolicy,
 	}
 	for _, d := range snap.Devices {
-		if d.State != drausage.DeviceAvailable || d.Health.Status == drausage.Unhealthy {
+		if d.State != drausage.DeviceAvailable || d.Health.Status == v1.ResourceHealthStatusUnhealthy {
 			status.Devices = append(status.Devices, v1alpha1.DeviceStatus{
-				Name: d.Name, State: string(d.State), Reason: d.Reason,
-				Health: d.Health.Status, HealthMessage: d.Health.Detail,
+				Name: d.Name, State: string(d.State), Reason: string(d.Reason), Message: d.Message,
+				Health: string(d.Health.Status), HealthMessage: d.Health.Detail,
 			})
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -33,7 +34,7 @@ func TestStatusFor(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 7, 0, 0, 0, time.UTC)
 	t1 := t0.Add(time.Minute)
 
-	first := For(usage(false, false), nil, t0)
+	first := For(usage(false, false), "Avoid", nil, t0)
 	if got := *first.Summary; got != (v1alpha1.PoolSummary{TotalDevices: 4, AllocatedDevices: 2, AvailableDevices: 1, UnavailableDevices: 1, PartiallyAllocatedDevices: 1}) {
 		t.Errorf("summary %+v", got)
 	}
@@ -47,13 +48,13 @@ func TestStatusFor(t *testing.T) {
 	}
 
 	// The same status a minute later: nothing moves, not even lastUpdateTime.
-	same := For(usage(false, false), first, t1)
+	same := For(usage(false, false), "Avoid", first, t1)
 	if !Equal(first, same) || !same.LastUpdateTime.Equal(first.LastUpdateTime) {
 		t.Errorf("an unchanged snapshot changed the status: %+v -> %+v", first, same)
 	}
 
 	// A conflict flips Valid (new transition time); Complete keeps its own.
-	changed := For(usage(false, true), first, t1)
+	changed := For(usage(false, true), "Avoid", first, t1)
 	if Equal(first, changed) {
 		t.Fatal("a new conflict did not change the status")
 	}
@@ -76,15 +77,19 @@ func TestForListsHeldAndUnavailableDevices(t *testing.T) {
 	u.Devices = []drausage.DeviceUsage{
 		{Name: "gpu-0", State: drausage.DeviceAllocated, Allocations: []drausage.Allocation{{Claim: drausage.ClaimRef{Namespace: "secret", Name: "claim"}}}},
 		{Name: "gpu-1", State: drausage.DeviceAvailable},
-		{Name: "gpu-2", State: drausage.DeviceUnavailable, Reason: "Tainted: broken=fan:NoSchedule"},
+		{Name: "gpu-2", State: drausage.DeviceUnavailable, Reason: drausage.ReasonTainted, Message: "broken=fan:NoSchedule"},
 		{Name: "gpu-3", State: drausage.DevicePartiallyAllocated},
-		{Name: "gpu-4", State: drausage.DeviceAvailable, Health: drausage.DeviceHealth{Status: drausage.Healthy, Detail: "reported by pod a/b"}},
-		{Name: "gpu-5", State: drausage.DeviceAvailable, Health: drausage.DeviceHealth{Status: drausage.Unhealthy, Detail: "reported by pod a/c"}},
+		{Name: "gpu-4", State: drausage.DeviceAvailable, Health: drausage.DeviceHealth{Status: v1.ResourceHealthStatusHealthy, Detail: "reported by pod a/b"}},
+		{Name: "gpu-5", State: drausage.DeviceAvailable, Health: drausage.DeviceHealth{Status: v1.ResourceHealthStatusUnhealthy, Detail: "reported by pod a/c"}},
 	}
-	got := For(u, nil, time.Now()).Devices
+	status := For(u, "Ignore", nil, time.Now())
+	if status.DeviceHealthPolicy != "Ignore" {
+		t.Errorf("deviceHealthPolicy %q, want the scheduler's, Ignore", status.DeviceHealthPolicy)
+	}
+	got := status.Devices
 	want := []v1alpha1.DeviceStatus{
 		{Name: "gpu-0", State: "Allocated"},
-		{Name: "gpu-2", State: "Unavailable", Reason: "Tainted: broken=fan:NoSchedule"},
+		{Name: "gpu-2", State: "Unavailable", Reason: "Tainted", Message: "broken=fan:NoSchedule"},
 		{Name: "gpu-3", State: "PartiallyAllocated"},
 		// Listed although Available: kubelet reported it Unhealthy (policy Ignore).
 		{Name: "gpu-5", State: "Available", Health: "Unhealthy", HealthMessage: "reported by pod a/c"},

@@ -3,16 +3,21 @@ package webhooks
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/poolpublisher"
 )
 
-// The names drascope writes under; they are those of manifests/scheduler.
+// The names drascope-scheduler writes under as manifests/scheduler deploys
+// it: its ServiceAccount, and the scheduler's own leader election lease
+// (leaderElection.resourceName there). The publisher lease and the
+// ResourcePool API are named where they are defined.
 const (
-	schedulerUser    = "system:serviceaccount:kube-system:drascope-scheduler"
-	leaseNamespace   = "kube-system"
-	schedulerLease   = "drascope-scheduler"
-	publisherLease   = "drascope-resourcepool-publisher"
-	resourcePoolsAPI = "drascope.dev"
+	schedulerUser           = "system:serviceaccount:kube-system:drascope-scheduler"
+	schedulerLeaseNamespace = "kube-system"
+	schedulerLease          = "drascope-scheduler"
 )
 
 // SchedulerCriticalRules exclude the writes drascope-scheduler makes for
@@ -39,8 +44,8 @@ func SchedulerCriticalRules() []ExclusionRule {
 			Operations:  []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 			Resources:   []string{"leases"},
 			Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
-			Namespaces:  []string{leaseNamespace},
-			ObjectNames: []string{schedulerLease, publisherLease},
+			Namespaces:  sets.List(sets.New(schedulerLeaseNamespace, poolpublisher.LeaseNamespace)),
+			ObjectNames: []string{schedulerLease, poolpublisher.LeaseName},
 		},
 		{
 			APIGroups: []string{"", "events.k8s.io"}, APIVersions: []string{"v1"},
@@ -48,7 +53,7 @@ func SchedulerCriticalRules() []ExclusionRule {
 			Resources:  []string{"events"},
 		},
 		{
-			APIGroups: []string{resourcePoolsAPI}, APIVersions: []string{"*"},
+			APIGroups: []string{v1alpha1.GroupName}, APIVersions: []string{"*"},
 			Resources: []string{"resourcepools", "resourcepools/status"},
 		},
 	}
@@ -60,14 +65,14 @@ func SchedulerWrites(namespace string) []Request {
 	core := func(resource string) schema.GroupVersionResource {
 		return schema.GroupVersionResource{Version: "v1", Resource: resource}
 	}
-	pools := schema.GroupVersionResource{Group: resourcePoolsAPI, Version: "v1alpha1", Resource: "resourcepools"}
+	pools := v1alpha1.ResourcePools
 	leases := schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
 	writes := []Request{
 		{Resource: core("pods"), SubResource: "binding", Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "pod"},
 		{Resource: schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}, SubResource: "status",
 			Operation: admissionregistrationv1.Update, Namespace: namespace, Name: "claim"},
-		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: leaseNamespace, Name: schedulerLease},
-		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: leaseNamespace, Name: publisherLease},
+		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: schedulerLeaseNamespace, Name: schedulerLease},
+		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: poolpublisher.LeaseNamespace, Name: poolpublisher.LeaseName},
 		{Resource: schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}, Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
 		{Resource: core("events"), Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
 		{Resource: pools, SubResource: "status", Operation: admissionregistrationv1.Update, Name: "resourcepool"},

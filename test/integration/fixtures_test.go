@@ -12,10 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/names"
-	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -334,39 +332,57 @@ func (s *scenario) setNamespaceLabel(value *string) {
 var adminNamespaceLabels = map[string]string{resourceapi.DRAAdminNamespaceLabelKey: "true"}
 
 // checkNoDeviceAllocatedTwice is the invariant every scenario ends with: over
-// all claims in the cluster, no device is allocated to two claims, except
-// through admin access (not counted as in use) or as shares of a device that
-// allows multiple allocations.
+// all claims in the cluster, no device is held by more claims than it allows
+// (admin access holds nothing; shares of a device that allows multiple
+// allocations are fine). It is drascope's own counting rule, the
+// AllocationConflict check of pkg/drausage, applied to what the apiserver
+// stores.
 func (s *scenario) checkNoDeviceAllocatedTwice() {
-	claims, err := env.client.ResourceV1().ResourceClaims("").List(context.Background(), metav1.ListOptions{})
+	ctx := context.Background()
+	slices, err := env.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Errorf("listing slices for the invariant check: %v", err)
+		return
+	}
+	claims, err := env.client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		s.t.Errorf("listing claims for the invariant check: %v", err)
 		return
 	}
-	dedicated := map[structured.DeviceID]types.NamespacedName{}
-	shared := map[structured.DeviceID]types.NamespacedName{}
-	for i := range claims.Items {
-		claim := &claims.Items[i]
-		owner := types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}
-		drausage.ForeachAllocatedDevice(claim, drausage.DeviceVisitor{
-			Dedicated: func(id structured.DeviceID) {
-				if other, ok := dedicated[id]; ok {
-					s.t.Errorf("device %s is allocated to both %s and %s", id, other, owner)
-				}
-				if other, ok := shared[id]; ok {
-					s.t.Errorf("device %s is allocated to %s and shared by %s", id, owner, other)
-				}
-				dedicated[id] = owner
-			},
-			Shared: func(id structured.SharedDeviceID) {
-				device := structured.MakeDeviceID(id.Driver.String(), id.Pool.String(), id.Device.String())
-				if other, ok := dedicated[device]; ok {
-					s.t.Errorf("device %s is allocated to %s and shared by %s", device, other, owner)
-				}
-				shared[device] = owner
-			},
-		})
+	slicePointers := make([]*resourceapi.ResourceSlice, 0, len(slices.Items))
+	for i := range slices.Items {
+		slicePointers = append(slicePointers, &slices.Items[i])
 	}
+	claimPointers := make([]*resourceapi.ResourceClaim, 0, len(claims.Items))
+	for i := range claims.Items {
+		claimPointers = append(claimPointers, &claims.Items[i])
+	}
+	for _, pool := range drausage.ComputePoolUsage(slicePointers, claimPointers, drausage.Options{}) {
+		for _, e := range pool.ValidationErrors {
+			if e.Kind == drausage.AllocationConflict {
+				s.t.Errorf("%s; claims: %s", e.Message, holders(pool))
+			}
+		}
+		if pool.TruncatedErrorCount > 0 {
+			s.t.Errorf("pool %s: %d problems not listed, possibly allocation conflicts; claims: %s", pool.PoolID, pool.TruncatedErrorCount, holders(pool))
+		}
+	}
+}
+
+// holders names the claims of every device in the pool that more than one
+// claim holds.
+func holders(pool drausage.PoolUsage) string {
+	var out []string
+	for _, d := range pool.Devices {
+		if len(d.Allocations) > 1 {
+			claims := make([]string, 0, len(d.Allocations))
+			for _, a := range d.Allocations {
+				claims = append(claims, a.Claim.String())
+			}
+			out = append(out, d.Name+": "+strings.Join(claims, ", "))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -127,8 +127,11 @@ func TestUnhealthyDeviceIsAvoided(t *testing.T) {
 	s.deletePod("trainer")
 	s.waitForResourcePool(pool, broken+" Unavailable because Unhealthy", func(rp *v1alpha1.ResourcePool) bool {
 		d := deviceStatus(rp, broken)
-		return d.State == "Unavailable" && strings.HasPrefix(d.Reason, "Unhealthy: reported by pod "+s.namespace+"/trainer")
+		return d.State == "Unavailable" && d.Reason == "Unhealthy" && strings.HasPrefix(d.Message, "reported by pod "+s.namespace+"/trainer")
 	})
+	if rp.Status.DeviceHealthPolicy != "Avoid" {
+		t.Errorf("ResourcePool %s: deviceHealthPolicy %q, want the scheduler's, Avoid", pool, rp.Status.DeviceHealthPolicy)
+	}
 	s.addPod("replacement", schedulerName, fromTemplate("gpu"))
 	if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("replacement"))).Device; got == broken {
 		t.Fatalf("the replacement pod got %s, which kubelet reported Unhealthy", broken)

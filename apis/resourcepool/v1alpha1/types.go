@@ -69,6 +69,12 @@ type ResourcePoolStatus struct {
 	// LastUpdateTime is when the scheduler computed this status.
 	// +optional
 	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
+	// DeviceHealthPolicy is what the scheduler does with devices kubelet
+	// reported Unhealthy (its deviceHealth.policy, one per scheduler):
+	// Avoid (they are not handed to new claims, and count as Unavailable
+	// with reason Unhealthy) or Ignore (they are handed out as any other).
+	// +optional
+	DeviceHealthPolicy string `json:"deviceHealthPolicy,omitempty"`
 	// Devices lists every device of the pool that is not Available or that
 	// kubelet reported Unhealthy, with its state and, for Unavailable ones,
 	// the reason. It names no claim: a
@@ -89,10 +95,17 @@ type DeviceStatus struct {
 	// an Unhealthy device that the scheduler still hands out
 	// (deviceHealth.policy Ignore).
 	State string `json:"state"`
-	// Reason an Unavailable device is, such as "Tainted: key=value:NoSchedule"
-	// or "Unhealthy: reported by pod ns/name at ...".
+	// Reason an Unavailable device is: Tainted (a NoSchedule or NoExecute
+	// taint, from its slice or a DeviceTaintRule), CountersExhausted (its
+	// partitionable parent's shared counters are used up) or Unhealthy
+	// (kubelet reported it so and deviceHealthPolicy is Avoid). Empty for
+	// every other state.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// Message is the detail of Reason for people, such as
+	// "maintenance=true:NoSchedule" or "reported by pod ns/name at ...".
+	// +optional
+	Message string `json:"message,omitempty"`
 	// Health is what kubelet last reported for the device in a pod's status
 	// (KEP-4680) as the scheduler remembers it: Healthy, Unhealthy or
 	// Unknown. Empty when no report is known.
