@@ -4,6 +4,8 @@
 package kubectldra
 
 import (
+	"time"
+
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -52,4 +54,17 @@ func clients(configFlags *genericclioptions.ConfigFlags) (versioned.Interface, k
 		return nil, nil, err
 	}
 	return pools, client, nil
+}
+
+// newPoolSource is the pool source of a command, from the kubectl flags.
+func newPoolSource(configFlags *genericclioptions.ConfigFlags, now time.Time) (*poolSource, error) {
+	pools, client, err := clients(configFlags)
+	if err != nil {
+		return nil, err
+	}
+	namespace, _, err := configFlags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, err
+	}
+	return &poolSource{pools: pools, client: client, namespace: namespace, now: now}, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -42,47 +41,6 @@ the webhook. See docs/webhooks.md.`,
 	}
 	cmd.AddCommand(newWebhooksAuditCommand(configFlags, streams), newWebhooksExcludeCommand(configFlags, streams))
 	return cmd
-}
-
-// webhookView is one webhook of a validating or mutating configuration.
-type webhookView struct {
-	kind, configuration, name string
-	webhooks.Webhook
-	timeoutSeconds *int32
-	selectors      bool
-}
-
-func listWebhooks(ctx context.Context, client kubernetes.Interface) ([]webhookView, error) {
-	var views []webhookView
-	add := func(kind, configuration, name string, rules []admissionregistrationv1.RuleWithOperations, conditions []admissionregistrationv1.MatchCondition,
-		policy *admissionregistrationv1.FailurePolicyType, timeout *int32, namespaceSelector, objectSelector *metav1.LabelSelector) {
-		views = append(views, webhookView{kind: kind, configuration: configuration, name: name,
-			Webhook:        webhooks.Webhook{Rules: rules, MatchConditions: conditions, FailurePolicy: policy},
-			timeoutSeconds: timeout, selectors: hasSelector(namespaceSelector) || hasSelector(objectSelector)})
-	}
-	validating, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing ValidatingWebhookConfigurations: %w", err)
-	}
-	for _, c := range validating.Items {
-		for _, w := range c.Webhooks {
-			add("Validating", c.Name, w.Name, w.Rules, w.MatchConditions, w.FailurePolicy, w.TimeoutSeconds, w.NamespaceSelector, w.ObjectSelector)
-		}
-	}
-	mutating, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing MutatingWebhookConfigurations: %w", err)
-	}
-	for _, c := range mutating.Items {
-		for _, w := range c.Webhooks {
-			add("Mutating", c.Name, w.Name, w.Rules, w.MatchConditions, w.FailurePolicy, w.TimeoutSeconds, w.NamespaceSelector, w.ObjectSelector)
-		}
-	}
-	return views, nil
-}
-
-func hasSelector(s *metav1.LabelSelector) bool {
-	return s != nil && (len(s.MatchLabels) > 0 || len(s.MatchExpressions) > 0)
 }
 
 const auditExample = `  # Webhooks in drascope-scheduler's write path, for pods in the current namespace
@@ -123,60 +81,46 @@ by a write.`,
 	}
 }
 
+// audit prints what webhooks.Audit finds, as a table; the error (exit
+// code 1) says how many webhooks can make a scheduler write fail.
 func audit(ctx context.Context, client kubernetes.Interface, namespace string, out io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	views, err := listWebhooks(ctx, client)
+	validating, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("listing ValidatingWebhookConfigurations: %w", err)
 	}
-	writes := webhooks.SchedulerWrites(namespace)
+	mutating, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing MutatingWebhookConfigurations: %w", err)
+	}
+	findings := webhooks.Audit(ctx, validating.Items, mutating.Items, namespace)
+	return printAudit(out, findings)
+}
+
+// printAudit writes the findings as a table, with a footnote for webhooks
+// whose selectors were not evaluated.
+func printAudit(out io.Writer, findings []webhooks.Finding) error {
 	tw := printers.GetNewTabWriter(out)
 	fmt.Fprintln(tw, "KIND\tCONFIGURATION\tWEBHOOK\tFAILURE POLICY\tTIMEOUT\tREACHED BY\tEXCLUDED BY MATCHCONDITIONS")
-	listed, blocking, selectors := 0, 0, false
-	for _, v := range views {
-		var reached, excluded []string
-		for _, r := range writes {
-			verdict := v.Reaches(ctx, r)
-			switch {
-			case !verdict.RulesMatch:
-			case verdict.Reaches:
-				label := r.Label()
-				if verdict.Err != nil {
-					label += " (condition error)"
-				}
-				reached = append(reached, label)
-			default:
-				excluded = append(excluded, r.Label()+" ("+verdict.ExcludedBy+")")
-			}
-		}
-		if len(reached) == 0 && len(excluded) == 0 {
-			continue
-		}
-		listed++
-		policy := admissionregistrationv1.Fail
-		if v.FailurePolicy != nil {
-			policy = *v.FailurePolicy
-		}
-		if policy == admissionregistrationv1.Fail && len(reached) > 0 {
+	blocking, selectors := 0, false
+	for _, f := range findings {
+		if f.Blocks() {
 			blocking++
 		}
-		timeout := "10s"
-		if v.timeoutSeconds != nil {
-			timeout = strconv.Itoa(int(*v.timeoutSeconds)) + "s"
-		}
-		name := v.name
-		if v.selectors {
+		name := f.Name
+		if f.Selectors {
 			name += "*"
 			selectors = true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.kind, v.configuration, name, policy, timeout, orNone(strings.Join(reached, ", ")), orNone(strings.Join(excluded, ", ")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%ds\t%s\t%s\n", f.Kind, f.Configuration, name, f.FailurePolicy, f.TimeoutSeconds,
+			orNone(strings.Join(f.Reached, ", ")), orNone(strings.Join(f.Excluded, ", ")))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if listed == 0 {
+	if len(findings) == 0 {
 		fmt.Fprintln(out, "No admission webhook is reached by drascope-scheduler's writes.")
 	}
 	if selectors {
