@@ -73,7 +73,7 @@ $(BIN)/kubectl: go.mod go.sum
 test: test-unit test-integration perf-smoke ## Run all tests (unit, integration on a real apiserver, scheduler_perf smoke).
 
 test-unit: ## Unit tests: no servers.
-	$(GO) test ./apis/... ./pkg/... ./cmd/... ./test/perf/results/...
+	$(GO) test ./apis/... ./pkg/... ./internal/... ./cmd/... ./test/perf/results/...
 
 test-integration: build tools ## Integration tests on real etcd + kube-apiserver.
 	DRASCOPE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) ./test/integration/... $(if $(CI),-v,)

@@ -4,7 +4,8 @@ package manifests
 
 import "embed"
 
-// Files holds the CRDs and the scheduler configurations.
+// Files holds the CRDs, the scheduler configurations and the sandbox demo's
+// manifests (examples/demo).
 //
-//go:embed crds/resourcepools.drascope.dev.yaml scheduler/config.yaml
+//go:embed crds/resourcepools.drascope.dev.yaml scheduler/config.yaml examples/demo/*.yaml
 var Files embed.FS

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/drascope/drascope/pkg/sandbox"
+	"github.com/drascope/drascope/internal/sandbox"
 )
 
 func main() {

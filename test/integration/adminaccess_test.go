@@ -8,10 +8,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 )
 
-// The message upstream's allocator gives when no device is left; drascope
-// passes it through unchanged.
-const noDeviceLeft = "cannot allocate all claims"
-
 // KEP-5018 (1): an admin-access claim gets a device even when every matching
 // device is allocated to ordinary claims, and its result says adminAccess.
 func TestAdminAccessOnFullNode(t *testing.T) {

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -12,27 +11,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/drascope/drascope/pkg/localcluster"
+	"github.com/drascope/drascope/internal/localcluster"
 )
-
-// shippedConfigWith returns manifests/scheduler/config.yaml with each old
-// string replaced by its new one; it fails the test if an old string is not
-// in the shipped config, so these tests follow the config they describe.
-func shippedConfigWith(t *testing.T, oldNew ...string) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(manifestsDir, "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	config := string(data)
-	for i := 0; i < len(oldNew); i += 2 {
-		if !strings.Contains(config, oldNew[i]) {
-			t.Fatalf("the shipped config no longer contains %q; update this test", oldNew[i])
-		}
-		config = strings.ReplaceAll(config, oldNew[i], oldNew[i+1])
-	}
-	return config
-}
 
 // Invalid DRAScope args stop bin/drascope-scheduler at start: exit code
 // non-zero, and the output names the field.
@@ -92,23 +72,6 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 			}
 		})
 	}
-}
-
-// otherDRAScopeProfile is a KubeSchedulerConfiguration profile, as YAML list
-// item, that runs DRAScope with args (YAML at the indentation of the args'
-// fields).
-func otherDRAScopeProfile(name, args string) string {
-	return "- schedulerName: " + name + `
-  plugins:
-    multiPoint:
-      enabled:
-      - name: DRAScope
-      disabled:
-      - name: DynamicResources
-  pluginConfig:
-  - name: DRAScope
-    args:
-      ` + args + "\n"
 }
 
 // KEP-5018 (3): with DRAAdminAccess off (locked on in 1.37, so through
@@ -172,12 +135,4 @@ func TestSchedulerBinaryAdminAccessGateOff(t *testing.T) {
 	if claim.Status.Allocation != nil {
 		t.Errorf("refused claim %s was allocated: %+v", claim.Name, claim.Status.Allocation)
 	}
-}
-
-func tail(text string, lines int) string {
-	all := strings.Split(strings.TrimRight(text, "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
 }

@@ -31,11 +31,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/drascope/drascope/internal/localcluster"
 	"github.com/drascope/drascope/manifests"
 	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
-	"github.com/drascope/drascope/pkg/localcluster"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
 	"github.com/drascope/drascope/test/perf/results"
 )

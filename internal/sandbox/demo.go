@@ -13,11 +13,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
+	"github.com/drascope/drascope/internal/localcluster"
+	"github.com/drascope/drascope/manifests"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/kubectldra"
 )
@@ -34,7 +36,7 @@ type demo struct {
 	client     kubernetes.Interface
 	pools      versioned.Interface
 	kubeconfig string
-	health     *healthReporter
+	kubelet    *simulatedKubelet
 	nodes      []string
 	gpus       int
 }
@@ -100,38 +102,53 @@ func labelNote(namespace string, labels map[string]string) string {
 	return " && kubectl label namespace " + namespace + " " + strings.Join(parts, " ")
 }
 
-func (d *demo) template(ctx context.Context, namespace, name, class string, adminAccess bool) error {
-	request := &resourceapi.ExactDeviceRequest{DeviceClassName: class}
-	if adminAccess {
-		request.AdminAccess = ptr.To(true)
-		request.AllocationMode = resourceapi.DeviceAllocationModeAll
+// demoDir holds the demo's manifests, embedded from manifests/examples/demo:
+// what the demo creates is what a person applies by hand.
+const demoDir = "examples/demo/"
+
+// demoObject returns the object of type T in one of the demo's manifests.
+func demoObject[T runtime.Object](file string) (T, error) {
+	var zero T
+	data, err := manifests.Files.ReadFile(demoDir + file)
+	if err != nil {
+		return zero, err
 	}
-	_, err := d.client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, &resourceapi.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: request}},
-		}}},
-	}, metav1.CreateOptions{})
+	objects, err := localcluster.Decode("manifests/"+demoDir+file, data)
+	if err != nil {
+		return zero, err
+	}
+	for _, obj := range objects {
+		if o, ok := obj.(T); ok {
+			return o, nil
+		}
+	}
+	return zero, fmt.Errorf("manifests/%s%s holds no %T", demoDir, file, zero)
+}
+
+// template creates a demo claim template, from gpu-claim-template.yaml or
+// (admin access) gpu-monitor.yaml.
+func (d *demo) template(ctx context.Context, namespace string, adminAccess bool) error {
+	file := "gpu-claim-template.yaml"
+	if adminAccess {
+		file = "gpu-monitor.yaml"
+	}
+	template, err := demoObject[*resourceapi.ResourceClaimTemplate](file)
+	if err != nil {
+		return err
+	}
+	_, err = d.client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, template, metav1.CreateOptions{})
 	return err
 }
 
-func podSpec(template, node string) v1.PodSpec {
-	spec := v1.PodSpec{
-		SchedulerName:  schedulerName,
-		ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &template}},
-		Containers: []v1.Container{{
-			Name: "app", Image: "registry.k8s.io/pause:3.10",
-			Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
-		}},
+// pod creates trainer.yaml's pod under name, pinned to node.
+func (d *demo) pod(ctx context.Context, namespace, name, node string) error {
+	pod, err := demoObject[*v1.Pod]("trainer.yaml")
+	if err != nil {
+		return err
 	}
-	if node != "" {
-		spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
-	}
-	return spec
-}
-
-func (d *demo) pod(ctx context.Context, namespace, name, template, node string) error {
-	_, err := d.client.CoreV1().Pods(namespace).Create(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "trainer"}}, Spec: podSpec(template, node)}, metav1.CreateOptions{})
+	pod.Name = name
+	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+	_, err = d.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
 	return err
 }
 
@@ -209,7 +226,8 @@ func (d *demo) train(ctx context.Context) error {
 	if err := d.namespace(ctx, "training", nil); err != nil {
 		return err
 	}
-	if err := d.template(ctx, "training", "gpu", gpuClass, false); err != nil {
+	d.say("$ kubectl apply -n training -f manifests/examples/demo/gpu-claim-template.yaml")
+	if err := d.template(ctx, "training", false); err != nil {
 		return err
 	}
 	// The first node full, the second half full.
@@ -219,12 +237,12 @@ func (d *demo) train(ctx context.Context) error {
 		if i >= d.gpus {
 			node = d.nodes[1]
 		}
-		if err := d.pod(ctx, "training", fmt.Sprintf("trainer-%d", i), "gpu", node); err != nil {
+		if err := d.pod(ctx, "training", fmt.Sprintf("trainer-%d", i), node); err != nil {
 			return err
 		}
 		n++
 	}
-	d.say("created %d training pods, each with a claim from template training/gpu (class %s): %d on %s, %d on %s", n, gpuClass, d.gpus, d.nodes[0], n-d.gpus, d.nodes[1])
+	d.say("created %d training pods from manifests/examples/demo/trainer.yaml, each with a claim from template training/gpu (class %s): %d on %s, %d on %s", n, gpuClass, d.gpus, d.nodes[0], n-d.gpus, d.nodes[1])
 	if _, err := d.waitRunning(ctx, "training", "app=trainer", n); err != nil {
 		return err
 	}
@@ -240,22 +258,18 @@ func (d *demo) train(ctx context.Context) error {
 const holdGate = "drascope.dev/demo-hold"
 
 func (d *demo) daemonSet(ctx context.Context, namespace string, gated bool) error {
-	if err := d.template(ctx, namespace, "gpu-monitor", gpuClass, true); err != nil {
+	if err := d.template(ctx, namespace, true); err != nil {
 		return err
 	}
-	d.say("$ kubectl apply -n %s -f gpu-monitor-daemonset.yaml   # claim template with adminAccess: true, allocationMode: All", namespace)
-	labels := map[string]string{"app": "gpu-monitor"}
-	spec := podSpec("gpu-monitor", "")
-	if gated {
-		spec.SchedulingGates = []v1.PodSchedulingGate{{Name: holdGate}}
+	d.say("$ kubectl apply -n %s -f manifests/examples/demo/gpu-monitor.yaml   # claim template with adminAccess: true, allocationMode: All, and a DaemonSet", namespace)
+	ds, err := demoObject[*appsv1.DaemonSet]("gpu-monitor.yaml")
+	if err != nil {
+		return err
 	}
-	_, err := d.client.AppsV1().DaemonSets(namespace).Create(ctx, &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu-monitor"},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
-		},
-	}, metav1.CreateOptions{})
+	if gated {
+		ds.Spec.Template.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: holdGate}}
+	}
+	_, err = d.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{})
 	return err
 }
 
@@ -285,7 +299,7 @@ func (d *demo) monitorUnlabelled(ctx context.Context) error {
 		return err
 	}
 	// Without the label the apiserver refuses the claim template itself.
-	err := d.template(ctx, ns, "gpu-monitor", gpuClass, true)
+	err := d.template(ctx, ns, true)
 	if err == nil || !strings.Contains(err.Error(), "admin-access") {
 		return fmt.Errorf("the apiserver accepted an admin-access claim template in a namespace without the label: %v", err)
 	}
@@ -377,7 +391,7 @@ func (d *demo) unhealthy(ctx context.Context) error {
 	}
 	id := gpuDriver + "/" + node + "/" + device
 	d.say("the driver reports %s Unhealthy; kubelet writes it into the status of pod training/%s", id, victim.Name)
-	d.health.setHealth(id, v1.ResourceHealthStatusUnhealthy, "XID 79: GPU has fallen off the bus")
+	d.kubelet.setHealth(id, v1.ResourceHealthStatusUnhealthy, "XID 79: GPU has fallen off the bus")
 	pool := gpuDriver + "." + node
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		out, err := d.quietDRA("describe", "pool", pool)
@@ -389,10 +403,10 @@ func (d *demo) unhealthy(ctx context.Context) error {
 	if err := d.client.CoreV1().Pods("training").Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 		return err
 	}
-	if err := d.pod(ctx, "training", victim.Name+"-replacement", "gpu", node); err != nil {
+	if err := d.pod(ctx, "training", victim.Name+"-replacement", node); err != nil {
 		return err
 	}
-	d.say("$ kubectl create -f %s-replacement.yaml   # same claim template, same node", victim.Name)
+	d.say("$ kubectl create -n training -f manifests/examples/demo/trainer.yaml   # as %s-replacement, pinned to %s like %s", victim.Name, node, victim.Name)
 	var replacement *v1.Pod
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		p, err := d.client.CoreV1().Pods("training").Get(ctx, victim.Name+"-replacement", metav1.GetOptions{})
@@ -452,7 +466,7 @@ func (d *demo) fill(ctx context.Context) error {
 	// Half the node's GPUs run trainers, one is Unhealthy: this many fit.
 	free := d.gpus - d.gpus/2 - 1
 	for i := range free + 1 {
-		if err := d.pod(ctx, "training", fmt.Sprintf("filler-%d", i), "gpu", node); err != nil {
+		if err := d.pod(ctx, "training", fmt.Sprintf("filler-%d", i), node); err != nil {
 			return err
 		}
 	}

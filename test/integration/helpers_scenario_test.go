@@ -386,3 +386,7 @@ func holders(pool drausage.PoolUsage) string {
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// The message upstream's allocator gives when no device is left; drascope
+// passes it through unchanged.
+const noDeviceLeft = "cannot allocate all claims"

@@ -16,8 +16,8 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
+	"github.com/drascope/drascope/internal/localcluster"
 	"github.com/drascope/drascope/pkg/draruntime"
-	"github.com/drascope/drascope/pkg/localcluster"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
 )
 
@@ -117,4 +117,21 @@ func (b *schedulerBinary) stop() {
 func (b *schedulerBinary) output() string {
 	data, _ := os.ReadFile(b.Log)
 	return string(data)
+}
+
+// schedulerConfigWithKubeconfig writes a copy of a KubeSchedulerConfiguration
+// file that differs only in clientConnection.kubeconfig (the shipped config
+// relies on the in-cluster config of its Deployment).
+func schedulerConfigWithKubeconfig(src, name, kubeconfig string) (string, error) {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	return writeTempConfig(name, string(data), kubeconfig)
+}
+
+func writeTempConfig(name, config, kubeconfig string) (string, error) {
+	path := env.cp.Dir + "/" + name + ".yaml"
+	content := config + fmt.Sprintf("\nclientConnection:\n  kubeconfig: %s\n", kubeconfig)
+	return path, os.WriteFile(path, []byte(content), 0o600)
 }

@@ -17,12 +17,12 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// healthReporter plays kubelet's part for device health (KEP-4680): for
+// simulatedKubelet plays kubelet's part for device health (KEP-4680): for
 // every running pod on the simulated nodes it writes into the containers'
 // allocatedResourcesStatus the health of each device their claims hold, as
 // the simulated driver reports it (Healthy unless setHealth says otherwise).
 // KWOK does the rest of kubelet's part: nodes Ready, pods Running, deletions.
-type healthReporter struct {
+type simulatedKubelet struct {
 	client kubernetes.Interface
 	nodes  []string
 	pods   cache.SharedIndexInformer
@@ -33,8 +33,8 @@ type healthReporter struct {
 	health map[string]v1.ResourceHealth
 }
 
-func startHealthReporter(ctx context.Context, client kubernetes.Interface, nodes []string) (*healthReporter, error) {
-	k := &healthReporter{
+func startSimulatedKubelet(ctx context.Context, client kubernetes.Interface, nodes []string) (*simulatedKubelet, error) {
+	k := &simulatedKubelet{
 		client: client,
 		nodes:  nodes,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
@@ -66,7 +66,7 @@ func startHealthReporter(ctx context.Context, client kubernetes.Interface, nodes
 
 // setHealth records a device's health, as its driver would report it to
 // kubelet, and rewrites the status of the pods that use it.
-func (k *healthReporter) setHealth(resourceID string, health v1.ResourceHealthStatus, message string) {
+func (k *simulatedKubelet) setHealth(resourceID string, health v1.ResourceHealthStatus, message string) {
 	k.mu.Lock()
 	h := v1.ResourceHealth{ResourceID: v1.ResourceID(resourceID), Health: health}
 	if message != "" {
@@ -79,7 +79,7 @@ func (k *healthReporter) setHealth(resourceID string, health v1.ResourceHealthSt
 	}
 }
 
-func (k *healthReporter) work(ctx context.Context) {
+func (k *simulatedKubelet) work(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	for {
 		key, shutdown := k.queue.Get()
@@ -97,7 +97,7 @@ func (k *healthReporter) work(ctx context.Context) {
 }
 
 // sync writes the device health of one running pod.
-func (k *healthReporter) sync(ctx context.Context, key string) error {
+func (k *simulatedKubelet) sync(ctx context.Context, key string) error {
 	obj, exists, err := k.pods.GetStore().GetByKey(key)
 	if err != nil || !exists {
 		return err
@@ -137,7 +137,7 @@ func (k *healthReporter) sync(ctx context.Context, key string) error {
 
 // claimHealth is the allocatedResourcesStatus entry of one container claim:
 // every device its ResourceClaim holds for the request, with its health.
-func (k *healthReporter) claimHealth(ctx context.Context, pod *v1.Pod, ref v1.ResourceClaim) (*v1.ResourceStatus, error) {
+func (k *simulatedKubelet) claimHealth(ctx context.Context, pod *v1.Pod, ref v1.ResourceClaim) (*v1.ResourceStatus, error) {
 	var podClaim *v1.PodResourceClaim
 	for i := range pod.Spec.ResourceClaims {
 		if pod.Spec.ResourceClaims[i].Name == ref.Name {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/drascope/drascope/pkg/localcluster"
+	"github.com/drascope/drascope/internal/localcluster"
 )
 
 // controlPlane is a real etcd and a real kube-apiserver, both binaries built

@@ -52,22 +52,11 @@ func Apply(ctx context.Context, config *rest.Config, path string, data []byte) e
 	if err != nil {
 		return err
 	}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj, _, err := manifestCodecs.UniversalDeserializer().Decode(doc, nil, nil)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
+	objects, err := Decode(path, data)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objects {
 		create := metav1.CreateOptions{}
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
@@ -88,5 +77,30 @@ func Apply(ctx context.Context, config *rest.Config, path string, data []byte) e
 		if err != nil {
 			return fmt.Errorf("%s: creating %T: %w", path, obj, err)
 		}
+	}
+	return nil
+}
+
+// Decode returns the typed objects of a manifest of one or more YAML
+// documents; path names it in errors.
+func Decode(path string, data []byte) ([]runtime.Object, error) {
+	var objects []runtime.Object
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return objects, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, _, err := manifestCodecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		objects = append(objects, obj)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/drascope/drascope/pkg/localcluster"
+	"github.com/drascope/drascope/internal/localcluster"
 )
 
 // kwokLabel marks the nodes KWOK manages.

@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/drascope/drascope/internal/localcluster"
 	"github.com/drascope/drascope/manifests"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
-	"github.com/drascope/drascope/pkg/localcluster"
 )
 
 // Options configure the sandbox.
@@ -124,7 +124,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := startNodes(ctx, cp, client, kubeconfig, nodes); err != nil {
 		return err
 	}
-	health, err := startHealthReporter(ctx, client, nodes)
+	kubelet, err := startSimulatedKubelet(ctx, client, nodes)
 	if err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	say("\nThe sandbox is up after %s. In another shell:\n  export KUBECONFIG=%s\n  kubectl dra pools", time.Since(start).Round(100*time.Millisecond), kubeconfig)
 
 	if opts.Demo {
-		d := &demo{out: out, client: client, pools: pools, kubeconfig: kubeconfig, health: health, nodes: nodes, gpus: opts.DevicesPerNode}
+		d := &demo{out: out, client: client, pools: pools, kubeconfig: kubeconfig, kubelet: kubelet, nodes: nodes, gpus: opts.DevicesPerNode}
 		if err := d.run(ctx); err != nil {
 			return err
 		}

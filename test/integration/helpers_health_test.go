@@ -1,0 +1,166 @@
+package integration
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/internal/localcluster"
+)
+
+// reportHealth writes device health into the pod's status as kubelet does
+// (KEP-4680): the container "app" runs, and its entry for the pod's claim
+// "gpu" lists each device with its health.
+func (s *scenario) reportHealth(podName string, resources ...v1.ResourceHealth) {
+	s.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod := s.getPod(podName)
+		pod.Status.Phase = v1.PodRunning
+		pod.Status.ContainerStatuses = []v1.ContainerStatus{{
+			Name:                     "app",
+			Image:                    "registry.k8s.io/pause:3.10",
+			Ready:                    true,
+			State:                    v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.Now()}},
+			AllocatedResourcesStatus: []v1.ResourceStatus{{Name: "claim:gpu", Resources: resources}},
+		}}
+		_, err := env.client.CoreV1().Pods(s.namespace).UpdateStatus(s.ctx, pod, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		s.t.Fatalf("writing device health into the status of pod %s/%s: %v", s.namespace, podName, err)
+	}
+}
+
+// health is one resource entry as kubelet writes it: <driver>/<pool>/<device>.
+func health(pool, device string, h v1.ResourceHealthStatus, message string) v1.ResourceHealth {
+	r := v1.ResourceHealth{ResourceID: v1.ResourceID(driverName + "/" + pool + "/" + device), Health: h}
+	if message != "" {
+		r.Message = &message
+	}
+	return r
+}
+
+// addMonitor runs, in the scenario's admin-labelled namespace, a pod whose
+// admin-access claim observes every device of the class: as a health
+// monitoring DaemonSet would, it gets health reports for devices nobody
+// else may use, including withheld ones.
+func (s *scenario) addMonitor(name string) {
+	s.t.Helper()
+	spec := gpuClaimSpec(true)
+	spec.Devices.Requests[0].Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
+	if _, err := env.client.ResourceV1().ResourceClaims(s.namespace).Create(s.ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       spec,
+	}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating ResourceClaim %s/%s: %v", s.namespace, name, err)
+	}
+	s.addPod(name, schedulerName, fromClaim(name))
+	s.waitForPodScheduled(name)
+}
+
+// deletePod deletes a pod and waits until the resourceclaim controller has
+// released its claim (without a garbage collector, a claim made from a
+// template is deallocated, not deleted).
+func (s *scenario) deletePod(name string) {
+	s.t.Helper()
+	claim := s.podClaim(s.getPod(name))
+	if err := env.client.CoreV1().Pods(s.namespace).Delete(s.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		s.t.Fatalf("deleting pod %s/%s: %v", s.namespace, name, err)
+	}
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		c, err := env.client.ResourceV1().ResourceClaims(s.namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+		return isNotFound(err) || (err == nil && c.Status.Allocation == nil), nil
+	})
+	if err != nil {
+		s.t.Fatalf("claim %s/%s of deleted pod %s was not released", s.namespace, claim.Name, name)
+	}
+}
+
+func deviceStatus(rp *v1alpha1.ResourcePool, device string) v1alpha1.DeviceStatus {
+	for _, d := range rp.Status.Devices {
+		if d.Name == device {
+			return d
+		}
+	}
+	return v1alpha1.DeviceStatus{Name: device, State: "Available"}
+}
+
+// startHealthScheduler runs bin/drascope-scheduler with the shipped config
+// under its own scheduler name and the given deviceHealth args, without
+// leader election and ResourcePool publishing (the in-process scheduler
+// holds those), and returns its secure port for /metrics.
+func startHealthScheduler(t *testing.T, name, deviceHealth string) int {
+	t.Helper()
+	config, err := writeTempConfig(name, shippedConfigWith(t,
+		"schedulerName: "+schedulerName, "schedulerName: "+name,
+		"      adminAccess:", "      poolStatus:\n        publishResourcePools: false\n      deviceHealth:\n"+deviceHealth+"      adminAccess:",
+	), env.schedulerKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := localcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := startSchedulerBinary(name,
+		"--config="+config, "--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+filepath.Join(env.cp.Dir, name+"-certs"),
+		"--authentication-kubeconfig="+env.schedulerKubeconfig,
+		"--authorization-kubeconfig="+env.schedulerKubeconfig,
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.stop()
+		if t.Failed() {
+			t.Logf("%s output (last lines):\n%s", name, tail(b.output(), 60))
+		}
+	})
+	if err := localcluster.WaitForURL(context.Background(), "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", insecureClient(), name, b.Log); err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// waitForHealthGauge waits until the scheduler on port counts n devices of
+// the node's pool with the given health: it has seen the report.
+func waitForHealthGauge(t *testing.T, port int, node, health string, n float64) {
+	t.Helper()
+	labels := map[string]string{"pool": node, "health": health}
+	var got float64
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		got = scrapeGaugeAt(t, port, "drascope_resourcepool_device_health", labels)
+		return got == n, nil
+	})
+	if err != nil {
+		t.Fatalf("drascope_resourcepool_device_health%v on port %d: %v, want %v", labels, port, got, n)
+	}
+}
+
+// unhealthyGPU starts a scheduler called name with the given deviceHealth
+// args, and a scenario with a node of one GPU that a monitoring pod reports
+// Unhealthy ("overheating"). It returns once that scheduler has the report,
+// with the scenario, the node and the scheduler's port.
+func unhealthyGPU(t *testing.T, name, deviceHealth string) (*scenario, string, int) {
+	t.Helper()
+	port := startHealthScheduler(t, name, deviceHealth)
+	s := newScenario(t, adminNamespaceLabels)
+	node := s.addNode("gpu", 1)
+	s.addClaimTemplate("gpu", false)
+	s.addMonitor("monitor")
+	s.reportHealth("monitor", health(node, "gpu-0", v1.ResourceHealthStatusUnhealthy, "overheating"))
+	waitForHealthGauge(t, port, node, "Unhealthy", 1)
+	return s, node, port
+}
