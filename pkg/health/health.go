@@ -14,6 +14,7 @@ package health
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,7 +64,10 @@ func (r Report) Detail() string {
 	if r.Message != "" {
 		msg := r.Message
 		if len(msg) > maxMessage {
-			msg = msg[:maxMessage] + "..."
+			// Cut on a character boundary: half a UTF-8 character would
+			// be written as U+FFFD and never read back equal, so the
+			// publisher would rewrite the pool forever.
+			msg = strings.ToValidUTF8(msg[:maxMessage], "") + "..."
 		}
 		detail += ": " + msg
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -342,4 +343,17 @@ func FuzzParseResourceID(f *testing.F) {
 			t.Errorf("%q parsed into %+v, which prints as %q", id, d, d.String())
 		}
 	})
+}
+
+// A long message is cut on a character boundary: half a UTF-8 character
+// would reach the ResourcePool as U+FFFD and never read back equal.
+func TestDetailCutsLongMessagesOnACharacter(t *testing.T) {
+	r := Report{Pod: "ns/p", Since: time.Unix(0, 0), Message: "x" + strings.Repeat("é", maxMessage)}
+	detail := r.Detail()
+	if !utf8.ValidString(detail) {
+		t.Errorf("detail is not valid UTF-8: %q", detail)
+	}
+	if !strings.HasSuffix(detail, "é...") {
+		t.Errorf("detail %q does not end with whole characters and ...", detail[len(detail)-10:])
+	}
 }

@@ -87,6 +87,9 @@ func (o *describePoolOptions) Run(ctx context.Context) error {
 		ctx = context.Background()
 	}
 	rp, notes, err := o.source.Get(ctx, o.name, drausage.PoolID{Driver: o.driver, Pool: o.pool})
+	for _, note := range notes {
+		fmt.Fprintln(o.ErrOut, note)
+	}
 	if err != nil {
 		return err
 	}
@@ -98,9 +101,6 @@ func (o *describePoolOptions) Run(ctx context.Context) error {
 	events, err := sliceEvents(ctx, o.source.client, o.source.view.poolSlices(id))
 	if err != nil {
 		return err
-	}
-	for _, note := range notes {
-		fmt.Fprintln(o.ErrOut, note)
 	}
 	return printPool(o.Out, rp, detail, detailNote, events, o.now())
 }

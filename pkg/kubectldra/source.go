@@ -82,13 +82,8 @@ func (s *poolSource) List(ctx context.Context, filter poolFilter) ([]v1alpha1.Re
 		}
 	}
 	list, err := s.pools.DrascopeV1alpha1().ResourcePools().List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(selectors...).String()})
-	why, err := whyCompute(err, err == nil && len(list.Items) == 0)
-	if err != nil {
-		return nil, nil, err
-	}
 	var pools []v1alpha1.ResourcePool
-	var notes []string
-	if why == "" {
+	if err == nil {
 		// The server filters on the selectable fields; filtering again
 		// costs nothing and keeps the result right whatever answered.
 		for _, rp := range list.Items {
@@ -96,14 +91,23 @@ func (s *poolSource) List(ctx context.Context, filter poolFilter) ([]v1alpha1.Re
 				pools = append(pools, rp)
 			}
 		}
-	} else if pools, notes, err = s.computed(ctx, filter, why); err != nil {
+	}
+	why, err := whyCompute(err, err == nil && len(pools) == 0)
+	if err != nil {
 		return nil, nil, err
+	}
+	var notes []string
+	if why != "" {
+		if pools, notes, err = s.computed(ctx, filter, why); err != nil {
+			return nil, nil, err
+		}
 	}
 	slices.SortFunc(pools, func(a, b v1alpha1.ResourcePool) int { return cmp.Compare(a.Name, b.Name) })
 	return pools, notes, nil
 }
 
 // Get returns one pool: by object name, or (name empty) by driver and pool.
+// The notes come with a not-found error too: what RBAC hid may be why.
 func (s *poolSource) Get(ctx context.Context, name string, id drausage.PoolID) (*v1alpha1.ResourcePool, []string, error) {
 	var why string
 	if name != "" {
@@ -119,25 +123,30 @@ func (s *poolSource) Get(ctx context.Context, name string, id drausage.PoolID) (
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(pools) == 1 {
-			return &pools[0], notes, nil
+		if len(pools) == 0 {
+			// List computed them already: the pool is not there.
+			return nil, notes, poolNotFound(name, id)
 		}
-		if len(notes) > 0 {
-			// Computed already, and not found.
-			return nil, nil, poolNotFound(name, id)
+		// A second object for one pool (made by hand) is one the
+		// publisher deletes; it keeps the oldest.
+		oldest := &pools[0]
+		for i := range pools {
+			if pools[i].CreationTimestamp.Before(&oldest.CreationTimestamp) {
+				oldest = &pools[i]
+			}
 		}
-		why = whyNoObjects
+		return oldest, notes, nil
 	}
 	computed, notes, err := s.computed(ctx, poolFilter{driver: id.Driver, pool: id.Pool}, why)
 	if err != nil {
 		return nil, nil, err
 	}
 	for i := range computed {
-		if rp := &computed[i]; name == "" || rp.Name == name {
+		if rp := &computed[i]; rp.Name == name {
 			return rp, notes, nil
 		}
 	}
-	return nil, nil, poolNotFound(name, id)
+	return nil, notes, poolNotFound(name, id)
 }
 
 func poolNotFound(name string, id drausage.PoolID) error {

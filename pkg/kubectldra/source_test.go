@@ -2,6 +2,7 @@ package kubectldra
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -233,6 +234,27 @@ func TestGetByNameOrByPool(t *testing.T) {
 	}
 	if _, _, err := c.source("").Get(ctx, "", drausage.PoolID{Driver: testDriver, Pool: "node-9"}); err == nil || !strings.Contains(err.Error(), `pool "node-9" of driver "gpu.example.com" not found`) {
 		t.Errorf("unknown pool: got %v, want a not-found error", err)
+	}
+}
+
+// Two objects for one pool (one made by hand): describe shows the oldest,
+// the one the publisher keeps. A pool not found says what RBAC hid, which
+// may be why.
+func TestGetPicksTheOldestAndKeepsNotesOnNotFound(t *testing.T) {
+	kept := published("node-1", 1)
+	copied := published("node-1", 2)
+	copied.Name, copied.CreationTimestamp = "by-hand", metav1.NewTime(now)
+	c := newCluster([]runtime.Object{testSlice("node-1", "gpu-0", "gpu-1")}, copied, kept)
+	rp, _, err := c.source("").Get(context.Background(), "", drausage.PoolID{Driver: testDriver, Pool: "node-1"})
+	if err != nil || rp.Name != kept.Name {
+		t.Errorf("got %v, %v; want the older object %s", rp, err, kept.Name)
+	}
+
+	c = newCluster([]runtime.Object{testSlice("node-1", "gpu-0")})
+	refuse(&c.client.Fake, "list", "resourceslices", "", forbidden("resourceslices"))
+	_, notes, err := c.source("").Get(context.Background(), "gpu.example.com.node-1", drausage.PoolID{})
+	if err == nil || !slices.Contains(notes, noteSlicesHidden) {
+		t.Errorf("slices hidden: got notes %q, error %v; want not found, with the note that slices are hidden", notes, err)
 	}
 }
 

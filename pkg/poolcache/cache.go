@@ -250,6 +250,14 @@ func (c *Cache) SetDeviceTaintRule(rule *resourceapi.DeviceTaintRule) {
 	c.markRuleLocked(rule)
 }
 
+// HasPool reports whether the cache holds a slice of the pool, whether or
+// not its snapshot has been computed yet.
+func (c *Cache) HasPool(id drausage.PoolID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.slices[id]) > 0
+}
+
 // HasDriver reports whether the cache holds a slice of driver.
 func (c *Cache) HasDriver(driver string) bool {
 	c.mu.Lock()

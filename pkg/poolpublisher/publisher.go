@@ -16,6 +16,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -36,6 +37,9 @@ import (
 // Source is what the publisher reads: the side cache.
 type Source interface {
 	Get(id drausage.PoolID) *poolcache.Snapshot
+	// HasPool reports whether the pool has slices, computed or not: a
+	// pool without a snapshot is gone only if it has none.
+	HasPool(id drausage.PoolID) bool
 	List() []*poolcache.Snapshot
 	Subscribe(poolcache.Listener)
 }
@@ -94,6 +98,9 @@ type term struct {
 	// written: each pool's object as the publisher's last write returned
 	// it, until the informer has caught up with that write.
 	written map[drausage.PoolID]*v1alpha1.ResourcePool
+	// deleted are the UIDs of objects the informer saw deleted, so that a
+	// write that returned after the delete is not trusted.
+	deleted sets.Set[types.UID]
 	// lastWrite per pool, for the minimum interval.
 	lastWrite map[drausage.PoolID]time.Time
 	// conflicts already reported, per pool.
@@ -202,6 +209,7 @@ func (p *Publisher) Run(ctx context.Context) {
 		queue:            queue,
 		objects:          informer.GetIndexer(),
 		written:          map[drausage.PoolID]*v1alpha1.ResourcePool{},
+		deleted:          sets.New[types.UID](),
 		lastWrite:        map[drausage.PoolID]time.Time{},
 		conflicts:        map[drausage.PoolID]sets.Set[string]{},
 		unpublishedSince: map[drausage.PoolID]time.Time{},
@@ -279,6 +287,7 @@ func (p *Publisher) watchHandler(t *term) cache.ResourceEventHandler {
 			}
 			id := poolOf(rp)
 			p.mu.Lock()
+			t.deleted.Insert(rp.UID)
 			if w := t.written[id]; w != nil && w.UID == rp.UID {
 				delete(t.written, id)
 			}
@@ -344,6 +353,10 @@ func (p *Publisher) current(t *term, id drausage.PoolID) (obj *v1alpha1.Resource
 	})
 	p.mu.Lock()
 	written := t.written[id]
+	if written != nil && t.deleted.Has(written.UID) {
+		delete(t.written, id)
+		written = nil
+	}
 	p.mu.Unlock()
 	if written != nil {
 		if i := slices.IndexFunc(found, func(rp *v1alpha1.ResourcePool) bool { return rp.UID == written.UID }); i >= 0 {
@@ -389,6 +402,12 @@ func (p *Publisher) sync(ctx context.Context, t *term, id drausage.PoolID) error
 
 	if snap == nil {
 		if existing == nil || !p.opts.Synced() {
+			return nil
+		}
+		if p.source.HasPool(id) {
+			// Slices seen, snapshot not computed yet (as after a start):
+			// the pool is not gone. Look again once the cache has it.
+			t.queue.AddAfter(id, time.Second)
 			return nil
 		}
 		return p.delete(ctx, t, id, existing, "its pool is gone")
@@ -489,7 +508,9 @@ func (p *Publisher) updateStatus(ctx context.Context, t *term, id drausage.PoolI
 	p.wrote("update")
 	now := p.clock.Now()
 	p.mu.Lock()
-	t.written[id] = updated
+	if !t.deleted.Has(updated.UID) {
+		t.written[id] = updated
+	}
 	t.lastWrite[id] = now
 	since, ok := t.unpublishedSince[id]
 	delete(t.unpublishedSince, id)

@@ -7,7 +7,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
-	"github.com/drascope/drascope/pkg/poolpublisher"
 )
 
 // The names drascope-scheduler writes under as manifests/scheduler deploys
@@ -44,8 +43,8 @@ func SchedulerCriticalRules() []ExclusionRule {
 			Operations:  []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 			Resources:   []string{"leases"},
 			Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
-			Namespaces:  sets.List(sets.New(schedulerLeaseNamespace, poolpublisher.LeaseNamespace)),
-			ObjectNames: []string{schedulerLease, poolpublisher.LeaseName},
+			Namespaces:  sets.List(sets.New(schedulerLeaseNamespace, v1alpha1.PublisherLeaseNamespace)),
+			ObjectNames: []string{schedulerLease, v1alpha1.PublisherLeaseName},
 		},
 		{
 			APIGroups: []string{"", "events.k8s.io"}, APIVersions: []string{"v1"},
@@ -72,11 +71,15 @@ func SchedulerWrites(namespace string) []Request {
 		{Resource: schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}, SubResource: "status",
 			Operation: admissionregistrationv1.Update, Namespace: namespace, Name: "claim"},
 		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: schedulerLeaseNamespace, Name: schedulerLease},
-		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: poolpublisher.LeaseNamespace, Name: poolpublisher.LeaseName},
+		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: v1alpha1.PublisherLeaseNamespace, Name: v1alpha1.PublisherLeaseName},
 		{Resource: schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}, Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
 		{Resource: core("events"), Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
 		{Resource: pools, SubResource: "status", Operation: admissionregistrationv1.Update, Name: "resourcepool"},
 		{Resource: pools, Operation: admissionregistrationv1.Create, Name: "resourcepool"},
+		// Pools that are gone, and second objects for one pool.
+		{Resource: pools, Operation: admissionregistrationv1.Delete, Name: "resourcepool"},
+		// A lease is created by the first replica that ever takes it.
+		{Resource: leases, Operation: admissionregistrationv1.Create, Namespace: v1alpha1.PublisherLeaseNamespace, Name: v1alpha1.PublisherLeaseName},
 	}
 	for i := range writes {
 		writes[i].User = schedulerUser
