@@ -22,7 +22,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -83,12 +82,6 @@ func New() *Runtime {
 	return &Runtime{}
 }
 
-// argsPath is where a person finds a profile's DRAScope args in a
-// KubeSchedulerConfiguration, for errors that involve two profiles.
-func argsPath(profileName string) *field.Path {
-	return field.NewPath("profiles").Key(profileName).Child("pluginConfig").Key(config.PluginName).Child("args")
-}
-
 // Join is called by the DRAScope plugin factory of every profile, with that
 // profile's validated args. The first call starts the runtime with those
 // args, for as long as ctx lasts; later calls check that their scheduler-wide
@@ -101,7 +94,7 @@ func (r *Runtime) Join(ctx context.Context, h Handle, args *config.DRAScopeArgs)
 		if h.SharedInformerFactory() != r.informers {
 			return fmt.Errorf("the DRAScope runtime started by profile %s belongs to another scheduler: make one runtime (draruntime.New) per scheduler", r.first.name)
 		}
-		errs := validation.ValidateSchedulerWideArgs(argsPath(r.first.name), r.first.args, argsPath(h.ProfileName()), args)
+		errs := validation.ValidateSchedulerWideArgs(validation.ArgsPath(r.first.name), r.first.args, validation.ArgsPath(h.ProfileName()), args)
 		if len(errs) > 0 {
 			return fmt.Errorf("scheduler-wide args differ between profiles %s and %s: %w", r.first.name, h.ProfileName(), errs.ToAggregate())
 		}

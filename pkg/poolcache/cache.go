@@ -16,6 +16,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -180,7 +181,7 @@ func (c *Cache) SetClaim(claim *resourceapi.ResourceClaim) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.informer[claim.UID] = claim
-	if assumed, ok := c.assumed[claim.UID]; ok && !newer(assumed, claim) {
+	if assumed, ok := c.assumed[claim.UID]; ok && !Newer(assumed, claim) {
 		delete(c.assumed, claim.UID)
 	}
 	c.refreshClaimLocked(claim.UID)
@@ -221,7 +222,7 @@ func (c *Cache) PendingAllocationRemoved(uid types.UID) {
 func (c *Cache) Assumed(claim *resourceapi.ResourceClaim) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if informer, ok := c.informer[claim.UID]; ok && !newer(claim, informer) {
+	if informer, ok := c.informer[claim.UID]; ok && !Newer(claim, informer) {
 		return
 	}
 	c.assumed[claim.UID] = claim
@@ -348,12 +349,14 @@ func (c *Cache) markLocked(id drausage.PoolID) {
 	}
 }
 
-// newer reports whether a has a higher resourceVersion than b; when the
-// versions cannot be compared, a is taken as newer only if they differ.
-func newer(a, b *resourceapi.ResourceClaim) bool {
-	cmp, err := resourceversion.CompareResourceVersion(a.ResourceVersion, b.ResourceVersion)
+// Newer reports whether a has a higher resourceVersion than b; when the
+// versions cannot be compared, a is taken as newer only if they differ. It
+// is the rule by which the cache lets the informer's copy of a claim replace
+// the scheduler's assumed one, and the publisher its own last write.
+func Newer(a, b metav1.Object) bool {
+	cmp, err := resourceversion.CompareResourceVersion(a.GetResourceVersion(), b.GetResourceVersion())
 	if err != nil {
-		return a.ResourceVersion != b.ResourceVersion
+		return a.GetResourceVersion() != b.GetResourceVersion()
 	}
 	return cmp > 0
 }

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
@@ -112,8 +111,6 @@ type term struct {
 // byPool indexes ResourcePools by the pool their spec names.
 const byPool = "pool"
 
-func poolKey(id drausage.PoolID) string { return id.Driver + "/" + id.Pool }
-
 func poolOf(obj *v1alpha1.ResourcePool) drausage.PoolID {
 	return drausage.PoolID{Driver: obj.Spec.Driver, Pool: obj.Spec.PoolName}
 }
@@ -198,7 +195,7 @@ func (p *Publisher) Run(ctx context.Context) {
 	informer := factory.Drascope().V1alpha1().ResourcePools().Informer()
 	if err := informer.AddIndexers(cache.Indexers{byPool: func(obj interface{}) ([]string, error) {
 		if rp, ok := obj.(*v1alpha1.ResourcePool); ok {
-			return []string{poolKey(poolOf(rp))}, nil
+			return []string{poolOf(rp).String()}, nil
 		}
 		return nil, nil
 	}}); err != nil {
@@ -338,7 +335,7 @@ func (p *Publisher) untilAllowed(t *term, id drausage.PoolID) time.Duration {
 // behind it. Further objects that name the same pool (made by hand) are
 // returned as extra, oldest first kept.
 func (p *Publisher) current(t *term, id drausage.PoolID) (obj *v1alpha1.ResourcePool, extra []*v1alpha1.ResourcePool) {
-	indexed, _ := t.objects.ByIndex(byPool, poolKey(id))
+	indexed, _ := t.objects.ByIndex(byPool, id.String())
 	var found []*v1alpha1.ResourcePool
 	for _, o := range indexed {
 		if rp, ok := o.(*v1alpha1.ResourcePool); ok && poolOf(rp) == id {
@@ -360,7 +357,7 @@ func (p *Publisher) current(t *term, id drausage.PoolID) (obj *v1alpha1.Resource
 	p.mu.Unlock()
 	if written != nil {
 		if i := slices.IndexFunc(found, func(rp *v1alpha1.ResourcePool) bool { return rp.UID == written.UID }); i >= 0 {
-			if !newer(written, found[i]) {
+			if !poolcache.Newer(written, found[i]) {
 				// The informer has caught up with the write.
 				p.mu.Lock()
 				if t.written[id] == written {
@@ -377,16 +374,6 @@ func (p *Publisher) current(t *term, id drausage.PoolID) (obj *v1alpha1.Resource
 		return nil, nil
 	}
 	return found[0], found[1:]
-}
-
-// newer reports whether a has a higher resourceVersion than b; when the
-// versions cannot be compared, a is taken as newer only if they differ.
-func newer(a, b *v1alpha1.ResourcePool) bool {
-	cmp, err := resourceversion.CompareResourceVersion(a.ResourceVersion, b.ResourceVersion)
-	if err != nil {
-		return a.ResourceVersion != b.ResourceVersion
-	}
-	return cmp > 0
 }
 
 // sync makes one pool's object match its snapshot: create, update the

@@ -14,6 +14,17 @@ import (
 	"github.com/drascope/drascope/apis/config"
 )
 
+// ArgsPath roots the field paths of DRAScope args errors where a person
+// finds the args in a KubeSchedulerConfiguration: under the named profile,
+// or, with no profile, under pluginConfig alone.
+func ArgsPath(profile string) *field.Path {
+	args := field.NewPath("pluginConfig").Key(config.PluginName).Child("args")
+	if profile == "" {
+		return args
+	}
+	return field.NewPath("profiles").Key(profile).Child("pluginConfig").Key(config.PluginName).Child("args")
+}
+
 // ValidateDRAScopeArgs returns every problem with args, each with its field
 // path under path. The timeouts are checked by upstream's own validation of
 // DynamicResources args, because they are handed to that plugin unchanged and

@@ -9,7 +9,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -30,10 +29,6 @@ import (
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
 const Name = config.PluginName
-
-// argsPath roots the field paths of args errors where a person finds the
-// args in a KubeSchedulerConfiguration.
-var argsPath = field.NewPath("pluginConfig").Key(Name).Child("args")
 
 // DRAScope embeds the upstream plugin, so every extension point upstream
 // implements (PreEnqueue, Filter, PostFilter, Score, Reserve, PreBind,
@@ -96,7 +91,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		return nil, err
 	}
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
-	if errs := validation.ValidateDRAScopeArgs(argsPath, args, fts); len(errs) > 0 {
+	if errs := validation.ValidateDRAScopeArgs(validation.ArgsPath(""), args, fts); len(errs) > 0 {
 		return nil, fmt.Errorf("invalid %s plugin args: %w", Name, errs.ToAggregate())
 	}
 
