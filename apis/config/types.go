@@ -64,14 +64,19 @@ const (
 	DeviceHealthAvoid DeviceHealthPolicy = "Avoid"
 	// DeviceHealthIgnore allocates as upstream does, regardless of health.
 	DeviceHealthIgnore DeviceHealthPolicy = "Ignore"
+	// DeviceHealthTaint is Avoid, and the scheduler leading scheduling also
+	// writes a NoSchedule DeviceTaintRule per Unhealthy device, so that
+	// every scheduler avoids it and a restarted scheduler remembers it.
+	DeviceHealthTaint DeviceHealthPolicy = "Taint"
 )
 
 // DeviceHealthArgs configures health-aware allocation.
 type DeviceHealthArgs struct {
-	// Policy is Avoid or Ignore.
+	// Policy is Taint, Avoid or Ignore.
 	Policy DeviceHealthPolicy
-	// UnhealthyHoldTime is how long a device stays Unhealthy after its last
-	// Unhealthy report when no Healthy report follows; then it is Unknown,
+	// UnhealthyHoldTime is how long a device stays Unhealthy after the last
+	// pod reporting it Unhealthy is deleted or reports otherwise, when no
+	// Healthy report follows; then it is Unknown,
 	// which scheduling treats as healthy.
 	UnhealthyHoldTime metav1.Duration
 }

@@ -6,16 +6,8 @@ import (
 	"os"
 
 	"k8s.io/component-base/cli"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
-
-	"github.com/drascope/drascope/pkg/draruntime"
-	"github.com/drascope/drascope/pkg/plugins/drascope"
 )
 
 func main() {
-	// One runtime for the scheduler this command runs: every DRAScope
-	// profile shares its side cache, health cache and publisher.
-	rt := draruntime.New()
-	command := app.NewSchedulerCommand(app.WithPlugin(drascope.Name, drascope.Factory(rt)))
-	os.Exit(cli.Run(command))
+	os.Exit(cli.Run(newCommand()))
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -31,7 +32,8 @@ var manifestCodecs = func() serializer.CodecFactory {
 }()
 
 // ApplyFile creates every object of a manifest file, exactly as written
-// there: ServiceAccounts, RBAC objects and CRDs (waiting until served).
+// there: ServiceAccounts, RBAC objects, ValidatingAdmissionPolicies and
+// their bindings, and CRDs (waiting until served).
 func (cp *ControlPlane) ApplyFile(ctx context.Context, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -69,6 +71,10 @@ func Apply(ctx context.Context, config *rest.Config, path string, data []byte) e
 			_, err = client.RbacV1().Roles(o.Namespace).Create(ctx, o, create)
 		case *rbacv1.RoleBinding:
 			_, err = client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, create)
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, create)
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, create)
 		case *apiextensionsv1.CustomResourceDefinition:
 			err = InstallCRD(ctx, config, o)
 		default:

@@ -16,11 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/drascope/drascope/internal/localcluster"
 	"github.com/drascope/drascope/manifests"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
+	"github.com/drascope/drascope/pkg/health"
 	"github.com/drascope/drascope/pkg/kubectldra"
 )
 
@@ -390,7 +392,7 @@ func (d *demo) unhealthy(ctx context.Context) error {
 		return err
 	}
 	id := gpuDriver + "/" + node + "/" + device
-	d.say("the driver reports %s Unhealthy; kubelet writes it into the status of pod training/%s", id, victim.Name)
+	d.say("the driver reports %s Unhealthy; kubelet writes it into the status of pod training/%s and of the monitoring pod that observes it", id, victim.Name)
 	d.kubelet.setHealth(id, v1.ResourceHealthStatusUnhealthy, "XID 79: GPU has fallen off the bus")
 	pool := gpuDriver + "." + node
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -426,14 +428,40 @@ func (d *demo) unhealthy(ctx context.Context) error {
 		return fmt.Errorf("the replacement pod got %s, which kubelet reported Unhealthy", device)
 	}
 	d.say("the replacement runs on %s, not on %s", got, device)
+	var last string
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		out, err := d.quietDRA("describe", "pool", pool)
-		return err == nil && strings.Contains(out, "Unhealthy: reported by pod training/"+victim.Name), nil
+		last = out
+		// The monitor holds the GPU too (admin access) and reports it as well.
+		return err == nil && strings.Contains(out, "Unhealthy: reported by pod "), nil
 	}); err != nil {
-		return fmt.Errorf("describe pool does not show %s Unavailable (Unhealthy)", device)
+		return fmt.Errorf("describe pool does not show %s Unavailable (Unhealthy); it shows:\n%s", device, last)
 	}
-	_, err = d.kubectlDRA("describe", "pool", pool)
-	return err
+	if _, err = d.kubectlDRA("describe", "pool", pool); err != nil {
+		return err
+	}
+	return d.showTaintRule(ctx, health.Device{Driver: gpuDriver, Pool: node, Name: device})
+}
+
+// showTaintRule waits for the DeviceTaintRule that persists an Unhealthy
+// device (deviceHealth.policy Taint, the default) and prints it as kubectl
+// would with these columns.
+func (d *demo) showTaintRule(ctx context.Context, device health.Device) error {
+	var rule *resourceapi.DeviceTaintRule
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var err error
+		rule, err = d.client.ResourceV1().DeviceTaintRules().Get(ctx, health.RuleName(device), metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("no DeviceTaintRule for %s", device)
+	}
+	d.say("the scheduler persisted the report as a DeviceTaintRule, which every scheduler obeys and a restarted drascope reads back:")
+	d.say(`$ kubectl get devicetaintrules -l %s=%s -o custom-columns='NAME:.metadata.name,DEVICE:.spec.deviceSelector.device,TAINT:.spec.taint.key,EFFECT:.spec.taint.effect,REPORTED-BY:.metadata.annotations.drascope\.dev/reported-by'`,
+		health.ManagedByLabel, health.ManagedBy)
+	w := printers.GetNewTabWriter(d.out)
+	fmt.Fprintln(w, "NAME\tDEVICE\tTAINT\tEFFECT\tREPORTED-BY")
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", rule.Name, *rule.Spec.DeviceSelector.Device, rule.Spec.Taint.Key, rule.Spec.Taint.Effect, rule.Annotations[health.AnnotationReportedBy])
+	return w.Flush()
 }
 
 // quietDRA runs kubectl dra without printing it.

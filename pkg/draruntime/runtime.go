@@ -17,6 +17,8 @@ package draruntime
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -36,6 +39,7 @@ import (
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/health"
+	"github.com/drascope/drascope/pkg/healthmetrics"
 	"github.com/drascope/drascope/pkg/poolcache"
 	"github.com/drascope/drascope/pkg/poolmetrics"
 	"github.com/drascope/drascope/pkg/poolpublisher"
@@ -56,6 +60,9 @@ type Handle interface {
 // Runtime is one scheduler's shared DRAScope machinery. Make it with New;
 // it starts on the first Join.
 type Runtime struct {
+	// leadership says when this process leads scheduling.
+	leadership *Leadership
+
 	mu sync.Mutex
 	// first is the profile that started the runtime, and its args.
 	first     *profile
@@ -67,6 +74,9 @@ type Runtime struct {
 	// synced reports whether the side cache has every slice and claim
 	// that existed when the informers started.
 	synced func() bool
+	// healthRestored is closed once the health cache has restored what
+	// drascope's DeviceTaintRules persist.
+	healthRestored chan struct{}
 	// goroutines are the runtime's own, which end with the context the
 	// runtime started with.
 	goroutines sync.WaitGroup
@@ -77,9 +87,28 @@ type profile struct {
 	args *config.DRAScopeArgs
 }
 
+// Option configures a Runtime.
+type Option func(*Runtime)
+
+// WithLeadership makes the runtime write what only the process leading
+// scheduling may write (DeviceTaintRules) once l leads. Without it, the
+// runtime leads from the start, as a scheduler without leader election
+// does: tests and scheduler_perf.
+func WithLeadership(l *Leadership) Option {
+	return func(r *Runtime) { r.leadership = l }
+}
+
 // New returns a runtime that has not started.
-func New() *Runtime {
-	return &Runtime{}
+func New(opts ...Option) *Runtime {
+	r := &Runtime{}
+	for _, opt := range opts {
+		opt(r)
+	}
+	if r.leadership == nil {
+		r.leadership = NewLeadership()
+		r.leadership.Follow(nil)
+	}
+	return r
 }
 
 // Join is called by the DRAScope plugin factory of every profile, with that
@@ -117,15 +146,23 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	logger := klog.FromContext(ctx)
 	factory := h.SharedInformerFactory()
 	r.informers = factory
+	r.healthRestored = make(chan struct{})
 	r.waiting = newWaitingPods(h)
 	r.pools = poolcache.New(poolcache.Options{
 		Observe: poolmetrics.ObserveRecompute,
 		Usage: drausage.Options{
 			Health:            r.deviceHealth,
-			WithholdUnhealthy: args.DeviceHealth.Policy == config.DeviceHealthAvoid,
+			WithholdUnhealthy: withholds(args),
+			HealthTaintKey:    health.TaintKey,
 		},
 	})
+	taintRules := utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules)
+	if args.DeviceHealth.Policy == config.DeviceHealthTaint && !taintRules {
+		return fmt.Errorf("deviceHealth.policy %s needs the DRADeviceTaintRules feature gate; enable it or choose %s",
+			config.DeviceHealthTaint, config.DeviceHealthAvoid)
+	}
 	claims := factory.Resource().V1().ResourceClaims().Lister()
+	var writer *health.TaintWriter
 	r.health = health.New(health.Options{
 		HoldTime: args.DeviceHealth.UnhealthyHoldTime.Duration,
 		Resolver: health.Resolver{
@@ -134,16 +171,74 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 				return claims.ResourceClaims(namespace).Get(name)
 			},
 		},
-		OnChange: func(devices []health.Device) { r.healthChanged(logger, devices) },
+		DeviceExists: r.deviceExists,
+		OnChange: func(devices []health.Device) {
+			r.healthChanged(logger, devices)
+			if writer != nil {
+				writer.Enqueue(devices)
+			}
+		},
+		OnIgnored: healthmetrics.ObserveIgnored,
 	})
 	// Follow DeviceTaintRules exactly when the scheduler's slice tracker does.
-	synced, err := r.pools.AddInformerHandlers(factory, utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules))
+	synced, err := r.pools.AddInformerHandlers(factory, taintRules)
 	if err != nil {
 		return fmt.Errorf("pool side cache: %w", err)
 	}
 	r.synced = synced
-	if _, err := r.health.AddPodHandlers(logger, factory.Core().V1().Pods().Informer()); err != nil {
-		return fmt.Errorf("device health from pod status: %w", err)
+	var rules cache.SharedIndexInformer
+	if taintRules {
+		rules = factory.Resource().V1().DeviceTaintRules().Informer()
+	}
+	// Under another policy the writer only deletes what Taint left.
+	persist := args.DeviceHealth.Policy == config.DeviceHealthTaint
+	if rules != nil {
+		if writer, err = health.NewTaintWriter(r.health, h.ClientSet(), rules, persist); err != nil {
+			return fmt.Errorf("DeviceTaintRules for Unhealthy devices: %w", err)
+		}
+		writer.ObserveWrite = healthmetrics.ObserveRuleWrite
+	}
+	claimInformer := factory.Resource().V1().ResourceClaims().Informer()
+	if err := r.health.AddClaimHandlers(logger, claimInformer); err != nil {
+		return fmt.Errorf("device health: %w", err)
+	}
+	pods := factory.Core().V1().Pods().Informer()
+	if _, err := pods.AddEventHandler(r.waiting.handlers()); err != nil {
+		return fmt.Errorf("pods waiting for a withheld device: %w", err)
+	}
+	terminal := health.NewTerminalPodInformer(h.ClientSet())
+	r.goroutines.Go(func() { terminal.RunWithContext(ctx) })
+	var persisted cache.SharedIndexInformer
+	if persist {
+		persisted = rules
+	}
+	r.goroutines.Go(func() { r.followHealth(ctx, persisted, claimInformer, pods, terminal) })
+	if writer != nil {
+		r.goroutines.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.leadership.Leading():
+			}
+			// Until the cache holds what the rules persist, it would
+			// delete them all.
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.healthRestored:
+			}
+			if persist {
+				// What the previous leader persisted and this process
+				// missed (it may have started after a pod failed, when
+				// the pod's claims were already released).
+				for _, obj := range rules.GetStore().List() {
+					if rule, ok := obj.(*resourceapi.DeviceTaintRule); ok {
+						r.health.Adopt(logger, rule)
+					}
+				}
+			}
+			writer.Run(ctx)
+		})
 	}
 
 	var publisher *poolpublisher.Publisher
@@ -171,6 +266,7 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 			ReportConflict:     conflictEvents(h.EventRecorder(), factory),
 		})
 	}
+	healthmetrics.Register()
 	stopExport := poolmetrics.Export(r.pools)
 	r.goroutines.Go(func() {
 		<-ctx.Done()
@@ -213,11 +309,15 @@ func (r *Runtime) Health() *health.Cache {
 }
 
 // Withholds reports whether the scheduler withholds Unhealthy devices
-// (deviceHealth.policy Avoid).
+// (deviceHealth.policy Taint or Avoid).
 func (r *Runtime) Withholds() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.first != nil && r.first.args.DeviceHealth.Policy == config.DeviceHealthAvoid
+	return r.first != nil && withholds(r.first.args)
+}
+
+func withholds(args *config.DRAScopeArgs) bool {
+	return args.DeviceHealth.Policy == config.DeviceHealthAvoid || args.DeviceHealth.Policy == config.DeviceHealthTaint
 }
 
 // RetryWhenDeviceRecovers remembers a pod that was refused while devices
@@ -234,6 +334,58 @@ func (r *Runtime) deviceHealth(pool drausage.PoolID, device string) drausage.Dev
 		return drausage.DeviceHealth{}
 	}
 	return drausage.DeviceHealth{Status: report.Health, Detail: report.Detail()}
+}
+
+// followHealth feeds the health cache in an order that makes restarts
+// exact: first the rules drascope persisted (under policy Taint; they name
+// the pods believed without a claim check), then, once the claims are
+// known, every pod, running and finished; once all that existed at start
+// were seen, restored reporters that no pod confirmed are gone and their
+// hold time starts.
+func (r *Runtime) followHealth(ctx context.Context, persisted, claims, pods, terminal cache.SharedIndexInformer) {
+	logger := klog.FromContext(ctx)
+	if persisted != nil {
+		if !cache.WaitForCacheSync(ctx.Done(), persisted.HasSynced) {
+			return
+		}
+		for _, obj := range persisted.GetStore().List() {
+			if rule, ok := obj.(*resourceapi.DeviceTaintRule); ok {
+				r.health.Restore(logger, rule)
+			}
+		}
+	}
+	close(r.healthRestored)
+	// A running pod judged before its claims are known would not be
+	// believed, and kubelet writes its status again only on change.
+	if !cache.WaitForCacheSync(ctx.Done(), claims.HasSynced) {
+		return
+	}
+	registrations, err := r.health.AddPodHandlers(logger, pods, terminal)
+	if err != nil {
+		logger.Error(err, "Device health from pod status is off: cannot watch pods")
+		return
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), registrations...) {
+		return
+	}
+	r.health.Settle(logger)
+	logger.V(2).Info("Device health has seen every pod, running and finished")
+}
+
+// deviceExists says whether a device is in a slice the side cache holds;
+// until the slice informer has synced, every device does.
+func (r *Runtime) deviceExists(d health.Device) bool {
+	if !r.synced() {
+		return true
+	}
+	snap := r.pools.Get(drausage.PoolID{Driver: d.Driver, Pool: d.Pool})
+	if snap == nil {
+		return false
+	}
+	_, found := slices.BinarySearchFunc(snap.Devices, d.Name, func(u drausage.DeviceUsage, name string) int {
+		return strings.Compare(u.Name, name)
+	})
+	return found
 }
 
 // knownDriver says whether health reports about a driver are believed: once

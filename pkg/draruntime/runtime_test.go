@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -168,8 +169,36 @@ func TestRuntimeWiring(t *testing.T) {
 		return snap != nil && snap.Summary.Available == 2
 	})
 
+	// The report counts only from a pod that holds the device.
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "training", Name: "trainer-gpu"},
+		Status: resourceapi.ResourceClaimStatus{
+			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+				{Request: "gpu", Driver: pool.Driver, Pool: pool.Pool, Device: "gpu-0"},
+			}}},
+			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "trainer", UID: "trainer-uid"}},
+		},
+	}
+	if _, err := client.ResourceV1().ResourceClaims("training").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the claim in the informer cache", func() bool {
+		_, err := factory.Resource().V1().ResourceClaims().Lister().ResourceClaims("training").Get("trainer-gpu")
+		return err == nil
+	})
 	reporter := podReporting("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnhealthy)
 	if _, err := client.CoreV1().Pods("training").Create(ctx, reporter, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the health cache to have the report", func() bool {
+		return len(rt.Health().Unhealthy()) == 1
+	})
+	// The pod is deleted and its claim released: the device is free, and
+	// withheld.
+	if err := client.CoreV1().Pods("training").Delete(ctx, "trainer", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ResourceV1().ResourceClaims("training").Delete(ctx, "trainer-gpu", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "the side cache to count gpu-0 Unhealthy and unavailable", func() bool {
@@ -188,9 +217,20 @@ func TestRuntimeWiring(t *testing.T) {
 	if len(h.activated()) != 0 {
 		t.Fatal("a pod was retried before any device recovered")
 	}
+	// A monitor with admin access holds the device and reports it Healthy.
+	monitorClaim := claim.DeepCopy()
+	monitorClaim.Name, monitorClaim.Status.ReservedFor[0].UID = "monitor-gpu", "monitor-uid"
+	monitorClaim.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
+	if _, err := client.ResourceV1().ResourceClaims("training").Create(ctx, monitorClaim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the monitor's claim in the informer cache", func() bool {
+		_, err := factory.Resource().V1().ResourceClaims().Lister().ResourceClaims("training").Get("monitor-gpu")
+		return err == nil
+	})
 	recovered := podReporting("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusHealthy)
-	recovered.ResourceVersion = "2"
-	if _, err := client.CoreV1().Pods("training").UpdateStatus(ctx, recovered, metav1.UpdateOptions{}); err != nil {
+	recovered.Name, recovered.UID, recovered.Spec.ResourceClaims[0].ResourceClaimName = "monitor", "monitor-uid", ptr.To("monitor-gpu")
+	if _, err := client.CoreV1().Pods("training").Create(ctx, recovered, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "the waiting pod to be retried", func() bool {
@@ -201,6 +241,9 @@ func TestRuntimeWiring(t *testing.T) {
 		snap := rt.Pools().Get(pool)
 		return snap != nil && snap.Summary.Available == 2
 	})
+	if got := rt.waiting.len(); got != 0 {
+		t.Errorf("%d pods still waiting after the retry", got)
+	}
 
 	cancel()
 	rt.Wait()
@@ -268,6 +311,27 @@ func gauge(t *testing.T, name string, labels map[string]string) float64 {
 		}
 	}
 	return -1
+}
+
+// A waiting pod is forgotten once bound or deleted: a device that never
+// recovers must not keep every pod ever refused near it.
+func TestWaitingPodsAreForgottenWhenBoundOrDeleted(t *testing.T) {
+	w := newWaitingPods(&activations{})
+	bound := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bound", UID: "1"}}
+	deleted := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "deleted", UID: "2"}}
+	still := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "still", UID: "3"}}
+	for _, pod := range []*v1.Pod{bound, deleted, still} {
+		w.add(pod)
+	}
+	h := w.handlers()
+	h.OnUpdate(still, still.DeepCopy()) // a status update, still pending
+	scheduled := bound.DeepCopy()
+	scheduled.Spec.NodeName = "node-1"
+	h.OnUpdate(bound, scheduled)
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/deleted", Obj: deleted})
+	if got := w.len(); got != 1 {
+		t.Errorf("%d pods waiting, want 1 (ns/still)", got)
+	}
 }
 
 func TestWaitingPodsAreActivatedOnce(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -20,6 +21,40 @@ type waitingPods struct {
 
 func newWaitingPods(activator fwk.PodActivator) *waitingPods {
 	return &waitingPods{activator: activator, pods: map[types.UID]*v1.Pod{}}
+}
+
+// handlers forget a waiting pod once it is bound or deleted: only
+// activate would forget it otherwise, and a device that never recovers
+// would keep every pod ever refused near it.
+func (w *waitingPods) handlers() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj interface{}) {
+			if pod, ok := obj.(*v1.Pod); ok && pod.Spec.NodeName != "" {
+				w.remove(pod.UID)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				w.remove(pod.UID)
+			}
+		},
+	}
+}
+
+func (w *waitingPods) remove(uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.pods, uid)
+}
+
+// len is the number of waiting pods.
+func (w *waitingPods) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pods)
 }
 
 func (w *waitingPods) add(pod *v1.Pod) {

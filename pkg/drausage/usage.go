@@ -184,6 +184,11 @@ type Options struct {
 	// Unavailable (ReasonUnhealthy) and, like an allocated device, uses up
 	// the shared counters it consumes.
 	WithholdUnhealthy bool
+	// HealthTaintKey is the key of the taint the scheduler puts on
+	// Unhealthy devices (deviceHealth.policy Taint). A withheld device
+	// carrying only that taint is Unavailable for being Unhealthy, which
+	// says more than the taint.
+	HealthTaintKey string
 }
 
 // DeviceHealth is what is known of one device's health.
@@ -470,7 +475,11 @@ func remainingCounters(current []*resourceapi.ResourceSlice, devices map[string]
 // freeDeviceState decides whether a device nobody holds can take an
 // allocation, and if not, why.
 func freeDeviceState(id PoolID, d *device, counters map[counterKey]resource.Quantity, opts Options) (DeviceState, UnavailableReason, string) {
-	if taint := blockingTaint(id, d.spec, opts.DeviceTaintRules); taint != nil {
+	skip := ""
+	if d.withheld {
+		skip = opts.HealthTaintKey
+	}
+	if taint := blockingTaint(id, d.spec, opts.DeviceTaintRules, skip); taint != nil {
 		return DeviceUnavailable, ReasonTainted, fmt.Sprintf("%s=%s:%s", taint.Key, taint.Value, taint.Effect)
 	}
 	if d.withheld {
@@ -490,15 +499,16 @@ func freeDeviceState(id PoolID, d *device, counters map[counterKey]resource.Quan
 
 // blockingTaint returns a NoSchedule or NoExecute taint on the device, from
 // its slice or from a DeviceTaintRule that selects it, or nil.
-func blockingTaint(id PoolID, spec *resourceapi.Device, rules []*resourceapi.DeviceTaintRule) *resourceapi.DeviceTaint {
+// Taints with key skip (when not empty) do not count.
+func blockingTaint(id PoolID, spec *resourceapi.Device, rules []*resourceapi.DeviceTaintRule, skip string) *resourceapi.DeviceTaint {
 	for i := range spec.Taints {
-		if blocks(spec.Taints[i].Effect) {
+		if blocks(spec.Taints[i].Effect) && (skip == "" || spec.Taints[i].Key != skip) {
 			return &spec.Taints[i]
 		}
 	}
 	for _, rule := range rules {
 		sel := rule.Spec.DeviceSelector
-		if !blocks(rule.Spec.Taint.Effect) || sel == nil ||
+		if !blocks(rule.Spec.Taint.Effect) || sel == nil || (skip != "" && rule.Spec.Taint.Key == skip) ||
 			(sel.Driver != nil && *sel.Driver != id.Driver) ||
 			(sel.Pool != nil && *sel.Pool != id.Pool) ||
 			(sel.Device != nil && *sel.Device != spec.Name) {

@@ -4,11 +4,14 @@
 // named "claim:<claim>" or "claim:<claim>/<request>"; each resource is
 // "<driver>/<pool>/<device>" (or a CDI device ID, see resolve.go).
 //
-// The cache keeps the latest report per device, with its time, source pod
-// and message. A device reported Unhealthy stays Unhealthy until a later
-// Healthy report, or until the hold time has passed since its last Unhealthy
-// report; then it is Unknown. Reports outlive their pods: the pod that found
-// a broken device is usually deleted before its replacement is scheduled.
+// A report counts only when it comes from a pod that holds the device: one
+// of the pod's claims, reserved for the pod, has it in its allocation (see
+// pods.go). A device is Unhealthy while some existing pod's current status
+// reports it Unhealthy, running or finished; when the last such pod is
+// deleted or reports otherwise, the hold time starts, and at its end the
+// device is Unknown. A new Healthy report from a holder ends it at once.
+// Reports outlive their pods by the hold time: the pod that found a broken
+// device is usually deleted before its replacement is scheduled.
 package health
 
 import (
@@ -19,6 +22,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
@@ -37,15 +41,19 @@ type Report struct {
 	Device Device
 	// Health is Healthy, Unhealthy or Unknown.
 	Health v1.ResourceHealthStatus
-	// Pod ("namespace/name") and Node reported the health last.
-	Pod, Node string
+	// Pod ("namespace/name"), PodUID and Node reported the health last.
+	Pod    string
+	PodUID types.UID
+	Node   string
 	// Message is kubelet's message, if the driver gave one.
 	Message string
 	// Since is when the device entered its current health.
 	Since time.Time
-	// Last is the latest report of that health.
-	Last time.Time
-	// Expired is set when an Unhealthy report outlived the hold time.
+	// HeldUntil is set while an Unhealthy device is held with no pod
+	// reporting it any more: it is Unhealthy until then.
+	HeldUntil time.Time
+	// Expired is set when an Unhealthy device's hold time ended; Since is
+	// then the end of the hold time.
 	Expired bool
 }
 
@@ -57,53 +65,99 @@ const maxMessage = 256
 // status messages, ResourcePool reasons, kubectl dra.
 func (r Report) Detail() string {
 	if r.Expired {
-		return fmt.Sprintf("last reported Unhealthy by pod %s at %s; no report since, hold time ended at %s",
-			r.Pod, r.Last.UTC().Format(time.RFC3339), r.Since.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("last reported Unhealthy by pod %s; no pod reports it, hold time ended at %s",
+			r.Pod, r.Since.UTC().Format(time.RFC3339))
 	}
 	detail := fmt.Sprintf("reported by pod %s at %s", r.Pod, r.Since.UTC().Format(time.RFC3339))
 	if r.Message != "" {
-		msg := r.Message
-		if len(msg) > maxMessage {
-			// Cut on a character boundary: half a UTF-8 character would
-			// be written as U+FFFD and never read back equal, so the
-			// publisher would rewrite the pool forever.
-			msg = strings.ToValidUTF8(msg[:maxMessage], "") + "..."
-		}
-		detail += ": " + msg
+		detail += ": " + truncate(r.Message, maxMessage)
+	}
+	if !r.HeldUntil.IsZero() {
+		detail += fmt.Sprintf(" (no pod reports it now; held until %s)", r.HeldUntil.UTC().Format(time.RFC3339))
 	}
 	return detail
 }
 
+// truncate cuts s to at most n bytes on a character boundary: half a UTF-8
+// character would be written as U+FFFD and never read back equal, so a
+// writer comparing what it wrote would rewrite forever.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
+}
+
 // Options configure a Cache.
 type Options struct {
-	// HoldTime is how long a device stays Unhealthy after its last Unhealthy
-	// report (deviceHealth.unhealthyHoldTime).
+	// HoldTime is how long a device stays Unhealthy once no pod reports it
+	// Unhealthy (deviceHealth.unhealthyHoldTime).
 	HoldTime time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
-	// Resolver turns resource IDs into devices; see Resolver.
+	// Resolver turns resource IDs into devices and finds the claims that
+	// say which devices a pod holds; see Resolver.
 	Resolver Resolver
+	// DeviceExists reports whether a device is in some ResourceSlice; Run
+	// forgets devices that are not, unless a pod still reports them. Nil:
+	// devices are never forgotten.
+	DeviceExists func(Device) bool
 	// OnChange is told which devices changed health, including Unhealthy
 	// devices whose hold time ended. It is called without locks held, from
 	// the informer's or the cache's goroutine, and must not block for long.
 	OnChange func(devices []Device)
+	// OnIgnored is told about each report that is not believed, with why:
+	// IgnoredNotHolder or IgnoredUnresolvable.
+	OnIgnored func(reason string)
 }
+
+// Why a report was not believed (the reason label of
+// drascope_device_health_reports_ignored_total).
+const (
+	// IgnoredNotHolder: the reporting pod does not hold the device.
+	IgnoredNotHolder = "NotHolder"
+	// IgnoredUnresolvable: the resource ID names no known device.
+	IgnoredUnresolvable = "Unresolvable"
+)
 
 // Cache is the device health cache. Its methods are safe for concurrent use.
 type Cache struct {
-	opts    Options
-	wake    chan struct{}
-	ignored ignoredIDs
+	opts      Options
+	wake      chan struct{}
+	ignored   onceSet
+	untrusted onceSet
 
 	mu        sync.RWMutex
 	devices   map[Device]*entry
 	unhealthy map[Device]*entry // Unhealthy, possibly past the hold time until Run expires them
+	// pods are the trusted reports in the current status of each pod.
+	pods map[types.UID]podReports
+	// holdings are the devices each pod holds, remembered while it runs
+	// and for a while after (see pods.go).
+	holdings map[types.UID]*holding
+	// restored are the reporters named by persisted state (Restore) that
+	// no pod event has confirmed yet; see Settle.
+	restored map[types.UID]sets.Set[Device]
+}
+
+type podReports struct {
+	name, node string
+	reports    map[Device]report
+	// left is when the pod left the scheduler's informer without being
+	// seen finished (PodLeft); its Unhealthy reports hold nothing since.
+	left time.Time
 }
 
 type entry struct {
 	Report
 	// id is the allocator's interned form of the device, made once.
 	id structured.DeviceID
+	// holders are the pods whose current status reports the device
+	// Unhealthy, not superseded by a later Healthy report.
+	holders sets.Set[types.UID]
+	// absent is set by Run when the device was in no slice at its last
+	// sweep; it is forgotten when it still is not at the next.
+	absent bool
 }
 
 // New returns an empty cache. Run expires Unhealthy reports.
@@ -116,6 +170,9 @@ func New(opts Options) *Cache {
 		wake:      make(chan struct{}, 1),
 		devices:   map[Device]*entry{},
 		unhealthy: map[Device]*entry{},
+		pods:      map[types.UID]podReports{},
+		holdings:  map[types.UID]*holding{},
+		restored:  map[types.UID]sets.Set[Device]{},
 	}
 }
 
@@ -123,16 +180,16 @@ func New(opts Options) *Cache {
 func (c *Cache) HoldTime() time.Duration { return c.opts.HoldTime }
 
 // expired reports whether an Unhealthy entry is past its hold time.
-func (c *Cache) expired(e *entry, now time.Time) bool {
-	return !now.Before(e.Last.Add(c.opts.HoldTime))
+func expired(e *entry, now time.Time) bool {
+	return e.holders.Len() == 0 && !e.HeldUntil.IsZero() && !now.Before(e.HeldUntil)
 }
 
 // effective returns the report as of now: an Unhealthy report past its
 // hold time reads as Unknown even before Run has expired it.
-func (c *Cache) effective(e *entry, now time.Time) Report {
+func effective(e *entry, now time.Time) Report {
 	r := e.Report
-	if r.Health == v1.ResourceHealthStatusUnhealthy && c.expired(e, now) {
-		r.Health, r.Since, r.Expired = v1.ResourceHealthStatusUnknown, r.Last.Add(c.opts.HoldTime), true
+	if r.Health == v1.ResourceHealthStatusUnhealthy && expired(e, now) {
+		r.Health, r.Since, r.HeldUntil, r.Expired = v1.ResourceHealthStatusUnknown, r.HeldUntil, time.Time{}, true
 	}
 	return r
 }
@@ -146,7 +203,7 @@ func (c *Cache) Get(d Device) (Report, bool) {
 	if !ok {
 		return Report{}, false
 	}
-	return c.effective(e, c.opts.Clock.Now()), true
+	return effective(e, c.opts.Clock.Now()), true
 }
 
 // InsertUnhealthy adds every device that is Unhealthy now to set and
@@ -161,7 +218,7 @@ func (c *Cache) InsertUnhealthy(set sets.Set[structured.DeviceID]) int {
 	now := c.opts.Clock.Now()
 	n := 0
 	for _, e := range c.unhealthy {
-		if !c.expired(e, now) {
+		if e.Health == v1.ResourceHealthStatusUnhealthy && !expired(e, now) {
 			set.Insert(e.id)
 			n++
 		}
@@ -176,7 +233,7 @@ func (c *Cache) Unhealthy() []Report {
 	defer c.mu.RUnlock()
 	reports := make([]Report, 0, len(c.unhealthy))
 	for _, e := range c.unhealthy {
-		if !c.expired(e, now) {
+		if e.Health == v1.ResourceHealthStatusUnhealthy && !expired(e, now) {
 			reports = append(reports, e.Report)
 		}
 	}
@@ -185,88 +242,165 @@ func (c *Cache) Unhealthy() []Report {
 
 // report is one resource health entry of a pod, resolved to a device.
 type report struct {
-	device  Device
 	health  v1.ResourceHealthStatus
 	message string
+	// superseded is set on an Unhealthy report once a later Healthy
+	// report from a holder ended it: while it stays unchanged, it holds
+	// nothing.
+	superseded bool
 }
 
-// ObservePod records the health reports in a pod's status. old is the
-// previous version of the pod, or nil when the pod is new to the caller.
-// An entry counts as a new report when it is new or changed, or when the
-// pod is not terminal: kubelet re-asserts the health of the devices of pods
-// it runs with every status update, so a crash-looping pod keeps its broken
-// device Unhealthy. The frozen status of a finished pod does not.
-func (c *Cache) ObservePod(logger klog.Logger, old, pod *v1.Pod) {
-	reports := c.reportsOf(logger, pod)
-	if len(reports) == 0 {
-		return
+// same reports whether two reports say the same.
+func (r report) same(other report) bool {
+	return r.health == other.health && r.message == other.message
+}
+
+// setReports makes the trusted reports of one pod's current status what
+// the cache knows of it; nil reports: the pod is gone. It returns the
+// devices whose health changed.
+func (c *Cache) setReportsLocked(uid types.UID, name, node string, reports map[Device]report, now time.Time) []Device {
+	var changed []Device
+	before := c.pods[uid].reports
+	for d, old := range before {
+		if r, ok := reports[d]; ok && r.health == old.health {
+			continue
+		}
+		if old.health == v1.ResourceHealthStatusUnhealthy && c.dropHolderLocked(d, uid, now) {
+			changed = append(changed, d)
+		}
 	}
-	if old != nil && (pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed) {
-		before := sets.New(c.reportsOf(logger, old)...)
-		fresh := reports[:0]
-		for _, r := range reports {
-			if !before.Has(r) {
-				fresh = append(fresh, r)
+	wasLeft := !c.pods[uid].left.IsZero()
+	for d, r := range reports {
+		old, seen := before[d]
+		if seen && old.same(r) {
+			// Unchanged. It holds the device again only when it comes from
+			// a pod that left the scheduler's informer (PodLeft dropped
+			// it) and is back as finished, unless a Healthy report ended it.
+			reports[d] = old
+			if !(wasLeft && r.health == v1.ResourceHealthStatusUnhealthy && !old.superseded) {
+				continue
 			}
 		}
-		reports = fresh
-	}
-	podName := pod.Namespace + "/" + pod.Name
-	now := c.opts.Clock.Now()
-	var changed []Device
-	c.mu.Lock()
-	for _, r := range reports {
-		if c.applyLocked(r, podName, pod.Spec.NodeName, now) {
-			changed = append(changed, r.device)
+		if c.applyLocked(d, r, !seen || old.health != r.health, uid, name, node, now) {
+			changed = append(changed, d)
 		}
 	}
-	c.mu.Unlock()
-	if len(changed) == 0 {
+	if reports == nil {
+		delete(c.pods, uid)
+	} else {
+		c.pods[uid] = podReports{name: name, node: node, reports: reports}
+	}
+	return changed
+}
+
+// dropHolderLocked forgets that pod uid reports d Unhealthy; when no pod
+// does any more, the hold time starts. It reports whether what a person
+// reads about the device changed.
+func (c *Cache) dropHolderLocked(d Device, uid types.UID, now time.Time) bool {
+	e, ok := c.devices[d]
+	if !ok || !e.holders.Has(uid) {
+		return false
+	}
+	e.holders.Delete(uid)
+	if e.Health != v1.ResourceHealthStatusUnhealthy {
+		return false
+	}
+	if e.holders.Len() == 0 {
+		e.HeldUntil = now.Add(c.opts.HoldTime)
+		return true
+	}
+	if e.PodUID != uid {
+		return false
+	}
+	// The pod named as reporter is gone, others still report the device:
+	// name one of them, so that what is persisted names a pod that exists.
+	next := sets.List(e.holders)[0]
+	if p, ok := c.pods[next]; ok {
+		e.Pod, e.PodUID, e.Node, e.Message = p.name, next, p.node, p.reports[d].message
+	}
+	return true
+}
+
+func (c *Cache) entryLocked(d Device) *entry {
+	e, ok := c.devices[d]
+	if !ok {
+		e = &entry{
+			Report:  Report{Device: d, Health: v1.ResourceHealthStatusUnknown},
+			id:      structured.MakeDeviceID(d.Driver, d.Pool, d.Name),
+			holders: sets.New[types.UID](),
+		}
+		c.devices[d] = e
+	}
+	return e
+}
+
+// applyLocked records one report of pod uid; isNew says the pod did not
+// report this health for the device before. It reports whether the
+// device's health, or what a person reads about it, changed.
+func (c *Cache) applyLocked(d Device, r report, isNew bool, uid types.UID, pod, node string, now time.Time) bool {
+	e := c.entryLocked(d)
+	current := effective(e, now)
+	switch r.health {
+	case v1.ResourceHealthStatusUnhealthy:
+		e.holders.Insert(uid)
+		changed := current.Health != v1.ResourceHealthStatusUnhealthy || e.Message != r.message || e.PodUID != uid || !e.HeldUntil.IsZero()
+		if current.Health != v1.ResourceHealthStatusUnhealthy {
+			e.Since = now
+		}
+		e.Health, e.Pod, e.PodUID, e.Node, e.Message, e.HeldUntil, e.Expired = r.health, pod, uid, node, r.message, time.Time{}, false
+		c.unhealthy[d] = e
+		return changed
+	case v1.ResourceHealthStatusHealthy:
+		if !isNew {
+			return false
+		}
+		// A new Healthy report from a holder supersedes every Unhealthy
+		// report before it: a monitor found the device working again.
+		changed := current.Health != v1.ResourceHealthStatusHealthy || e.PodUID != uid
+		for holder := range e.holders {
+			if p, ok := c.pods[holder]; ok {
+				if old, ok := p.reports[d]; ok {
+					old.superseded = true
+					p.reports[d] = old
+				}
+			}
+		}
+		e.holders.Clear()
+		if current.Health != v1.ResourceHealthStatusHealthy {
+			e.Since = now
+		}
+		e.Health, e.Pod, e.PodUID, e.Node, e.Message, e.HeldUntil, e.Expired = r.health, pod, uid, node, r.message, time.Time{}, false
+		delete(c.unhealthy, d)
+		return changed
+	default:
+		// Unknown says nothing new about a device known to be broken: it
+		// stays Unhealthy until a Healthy report or the hold time.
+		if current.Health == v1.ResourceHealthStatusUnhealthy {
+			return false
+		}
+		changed := current.Health != v1.ResourceHealthStatusUnknown || current.Expired
+		if changed {
+			e.Since = now
+		}
+		e.Health, e.Pod, e.PodUID, e.Node, e.Message, e.HeldUntil, e.Expired = v1.ResourceHealthStatusUnknown, pod, uid, node, r.message, time.Time{}, false
+		delete(c.unhealthy, d) // expired, and Run has not got to it yet
+		return changed
+	}
+}
+
+// changed logs, wakes Run and tells OnChange.
+func (c *Cache) changed(logger klog.Logger, devices []Device) {
+	if len(devices) == 0 {
 		return
 	}
-	for _, d := range changed {
+	for _, d := range devices {
 		r, _ := c.Get(d)
-		logger.V(2).Info("Device health changed", "device", d, "health", r.Health, "pod", podName, "message", r.Message)
+		logger.V(2).Info("Device health changed", "device", d, "health", r.Health, "pod", r.Pod, "message", r.Message, "heldUntil", r.HeldUntil)
 	}
 	c.poke()
 	if c.opts.OnChange != nil {
-		c.opts.OnChange(changed)
+		c.opts.OnChange(devices)
 	}
-}
-
-// applyLocked records one report and says whether the device's health (or
-// what a person reads about it) changed.
-func (c *Cache) applyLocked(r report, pod, node string, now time.Time) bool {
-	e, ok := c.devices[r.device]
-	if !ok {
-		e = &entry{
-			Report: Report{Device: r.device},
-			id:     structured.MakeDeviceID(r.device.Driver, r.device.Pool, r.device.Name),
-		}
-		c.devices[r.device] = e
-	}
-	current := c.effective(e, now)
-	if ok && r.health != v1.ResourceHealthStatusHealthy && r.health != v1.ResourceHealthStatusUnhealthy &&
-		current.Health == v1.ResourceHealthStatusUnhealthy {
-		// Unknown says nothing new about a device known to be broken: it
-		// stays Unhealthy until a Healthy report or the hold time.
-		return false
-	}
-	health := r.health
-	if health != v1.ResourceHealthStatusHealthy && health != v1.ResourceHealthStatusUnhealthy {
-		health = v1.ResourceHealthStatusUnknown
-	}
-	changed := !ok || current.Health != health || current.Expired || e.Message != r.message || e.Pod != pod
-	if changed {
-		e.Since = now
-	}
-	e.Health, e.Last, e.Pod, e.Node, e.Message, e.Expired = health, now, pod, node, r.message, false
-	if health == v1.ResourceHealthStatusUnhealthy {
-		c.unhealthy[r.device] = e
-	} else {
-		delete(c.unhealthy, r.device)
-	}
-	return changed
 }
 
 // poke makes Run look at the hold times again.
@@ -277,11 +411,17 @@ func (c *Cache) poke() {
 	}
 }
 
-// Run expires Unhealthy reports at the end of their hold time, telling
-// OnChange, until ctx ends. Without it, expired devices still read as
-// Unknown, but nobody is told.
+// sweepInterval is how often Run looks for devices that left every slice
+// and for holdings of pods long gone.
+const sweepInterval = time.Minute
+
+// Run expires Unhealthy devices at the end of their hold time, telling
+// OnChange, and forgets what no longer needs remembering, until ctx ends.
+// Without it, expired devices still read as Unknown, but nobody is told.
 func (c *Cache) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	sweep := c.opts.Clock.NewTicker(sweepInterval)
+	defer sweep.Stop()
 	for {
 		next := c.expire(logger)
 		var t clock.Timer
@@ -294,6 +434,8 @@ func (c *Cache) Run(ctx context.Context) {
 		case <-ctx.Done():
 		case <-c.wake:
 		case <-timer:
+		case <-sweep.C():
+			c.sweep(logger)
 		}
 		if t != nil {
 			t.Stop()
@@ -304,30 +446,83 @@ func (c *Cache) Run(ctx context.Context) {
 	}
 }
 
-// expire turns Unhealthy reports past their hold time into Unknown ones and
-// returns when the next one is due (zero: none).
+// expire turns Unhealthy devices past their hold time into Unknown ones
+// and returns when the next one is due (zero: none).
 func (c *Cache) expire(logger klog.Logger) time.Time {
 	now := c.opts.Clock.Now()
-	var expired []Device
+	var done []Device
 	var next time.Time
 	c.mu.Lock()
 	for d, e := range c.unhealthy {
-		if c.expired(e, now) {
-			e.Report = c.effective(e, now)
+		if expired(e, now) {
+			e.Report = effective(e, now)
 			delete(c.unhealthy, d)
-			expired = append(expired, d)
+			done = append(done, d)
 			continue
 		}
-		if due := e.Last.Add(c.opts.HoldTime); next.IsZero() || due.Before(next) {
-			next = due
+		if e.holders.Len() == 0 && !e.HeldUntil.IsZero() && (next.IsZero() || e.HeldUntil.Before(next)) {
+			next = e.HeldUntil
 		}
 	}
 	c.mu.Unlock()
-	for _, d := range expired {
-		logger.V(2).Info("Device is no longer held Unhealthy: its hold time ended without a new report", "device", d, "holdTime", c.opts.HoldTime)
+	for _, d := range done {
+		logger.V(2).Info("Device is no longer held Unhealthy: no pod reported it Unhealthy for its hold time", "device", d, "holdTime", c.opts.HoldTime)
 	}
-	if len(expired) > 0 && c.opts.OnChange != nil {
-		c.opts.OnChange(expired)
+	if len(done) > 0 && c.opts.OnChange != nil {
+		c.opts.OnChange(done)
 	}
 	return next
+}
+
+// sweep forgets devices that were in no slice at two sweeps in a row and
+// are not Unhealthy (a node rebooted to fix a GPU drops its slices for a
+// while; the GPU must come back withheld), and what is remembered of pods
+// gone long enough.
+func (c *Cache) sweep(logger klog.Logger) {
+	now := c.opts.Clock.Now()
+	var candidates []Device
+	c.mu.RLock()
+	for d, e := range c.devices {
+		if e.holders.Len() == 0 && effective(e, now).Health != v1.ResourceHealthStatusUnhealthy {
+			candidates = append(candidates, d)
+		}
+	}
+	c.mu.RUnlock()
+	// DeviceExists asks the side cache, outside this cache's lock.
+	absent := sets.New[Device]()
+	if c.opts.DeviceExists != nil {
+		for _, d := range candidates {
+			if !c.opts.DeviceExists(d) {
+				absent.Insert(d)
+			}
+		}
+	}
+	var forgotten []Device
+	c.mu.Lock()
+	for d, e := range c.devices {
+		if !absent.Has(d) || e.holders.Len() > 0 || effective(e, now).Health == v1.ResourceHealthStatusUnhealthy {
+			e.absent = false
+			continue
+		}
+		if !e.absent {
+			e.absent = true
+			continue
+		}
+		delete(c.devices, d)
+		delete(c.unhealthy, d)
+		forgotten = append(forgotten, d)
+	}
+	c.pruneLocked(now)
+	c.mu.Unlock()
+	for _, d := range forgotten {
+		logger.V(2).Info("Forgetting the health of a device that no ResourceSlice lists any more", "device", d)
+	}
+}
+
+// Len returns how many devices and pods the cache remembers, for tests and
+// for the note on bounded state.
+func (c *Cache) Len() (devices, pods, holdings int) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.devices), len(c.pods), len(c.holdings)
 }

@@ -11,8 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -25,11 +27,26 @@ var (
 	gpu1 = Device{Driver: "gpu.example.com", Pool: "node-1", Name: "gpu-1"}
 )
 
-// podReporting is a running pod on node-1 whose container reports health
-// for its claim "gpu" as kubelet writes it.
-func podReporting(name string, resources ...v1.ResourceHealth) *v1.Pod {
+// world is what the cache looks up: the claims of the informer cache,
+// and what it was told.
+type world struct {
+	claims  map[string]*resourceapi.ResourceClaim
+	changed [][]Device
+	ignored map[string]int
+}
+
+func (w *world) claim(namespace, name string) (*resourceapi.ResourceClaim, error) {
+	if claim, ok := w.claims[namespace+"/"+name]; ok {
+		return claim, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaims"}, name)
+}
+
+// reporting is a pod on node-1 whose container reports health for its
+// claim "gpu" (ResourceClaim claim-<name>) as kubelet writes it.
+func reporting(name string, resources ...v1.ResourceHealth) *v1.Pod {
 	return &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
 		Spec: v1.PodSpec{
 			NodeName:       "node-1",
 			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("claim-" + name)}},
@@ -44,6 +61,46 @@ func podReporting(name string, resources ...v1.ResourceHealth) *v1.Pod {
 	}
 }
 
+// running is reporting, with claim-<name> allocated the devices and
+// reserved for the pod: the pod holds them.
+func (w *world) running(name string, holds []Device, resources ...v1.ResourceHealth) *v1.Pod {
+	pod := reporting(name, resources...)
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "claim-" + name},
+		Status: resourceapi.ResourceClaimStatus{
+			Allocation:  &resourceapi.AllocationResult{},
+			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: pod.UID}},
+		},
+	}
+	for _, d := range holds {
+		claim.Status.Allocation.Devices.Results = append(claim.Status.Allocation.Devices.Results,
+			resourceapi.DeviceRequestAllocationResult{Request: "req", Driver: d.Driver, Pool: d.Pool, Device: d.Name})
+	}
+	w.claims["default/"+claim.Name] = claim
+	return pod
+}
+
+// failed is the pod's final status as kubelet writes it, in one update:
+// Failed, with the given health; the resourceclaim controller then
+// releases its claim.
+func (w *world) failed(pod *v1.Pod, resources ...v1.ResourceHealth) *v1.Pod {
+	failed := pod.DeepCopy()
+	failed.Status.Phase = v1.PodFailed
+	failed.Status.ContainerStatuses[0].AllocatedResourcesStatus[0].Resources = resources
+	delete(w.claims, "default/claim-"+pod.Name)
+	return failed
+}
+
+// failedJob runs a pod holding gpu-0 that then fails reporting it
+// Unhealthy ("Xid 79"), and returns its final status.
+func (w *world) failedJob(logger klog.Logger, c *Cache) *v1.Pod {
+	job := w.running("job", []Device{gpu0})
+	c.ObservePod(logger, job)
+	final := w.failed(job, unhealthy(gpu0, "Xid 79"))
+	c.ObservePod(logger, final)
+	return final
+}
+
 func health(id string, h v1.ResourceHealthStatus, message string) v1.ResourceHealth {
 	r := v1.ResourceHealth{ResourceID: v1.ResourceID(id), Health: h}
 	if message != "" {
@@ -52,16 +109,26 @@ func health(id string, h v1.ResourceHealthStatus, message string) v1.ResourceHea
 	return r
 }
 
-type recorder struct{ changed [][]Device }
+func unhealthy(d Device, message string) v1.ResourceHealth {
+	return health(d.String(), v1.ResourceHealthStatusUnhealthy, message)
+}
 
-func (r *recorder) record(d []Device) { r.changed = append(r.changed, d) }
+func healthy(d Device) v1.ResourceHealth {
+	return health(d.String(), v1.ResourceHealthStatusHealthy, "")
+}
 
-func newTestCache(t *testing.T) (*Cache, *testingclock.FakeClock, *recorder) {
+func newTestCache(t *testing.T) (*Cache, *testingclock.FakeClock, *world) {
 	t.Helper()
 	clk := testingclock.NewFakeClock(time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC))
-	rec := &recorder{}
-	c := New(Options{HoldTime: hold, Clock: clk, OnChange: rec.record})
-	return c, clk, rec
+	w := &world{claims: map[string]*resourceapi.ResourceClaim{}, ignored: map[string]int{}}
+	c := New(Options{
+		HoldTime:  hold,
+		Clock:     clk,
+		Resolver:  Resolver{Claim: w.claim},
+		OnChange:  func(d []Device) { w.changed = append(w.changed, d) },
+		OnIgnored: func(reason string) { w.ignored[reason]++ },
+	})
+	return c, clk, w
 }
 
 func unhealthyIDs(c *Cache) sets.Set[structured.DeviceID] {
@@ -70,13 +137,22 @@ func unhealthyIDs(c *Cache) sets.Set[structured.DeviceID] {
 	return set
 }
 
-func TestUnhealthyUntilAHealthyReport(t *testing.T) {
-	logger, _ := ktesting.NewTestContext(t)
-	c, clk, rec := newTestCache(t)
+func healthOf(c *Cache, d Device) v1.ResourceHealthStatus {
+	r, _ := c.Get(d)
+	return r.Health
+}
 
-	c.ObservePod(logger, nil, podReporting("trainer", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnhealthy, "ECC error"), health("gpu.example.com/node-1/gpu-1", v1.ResourceHealthStatusHealthy, "")))
+// A running pod reporting its device Unhealthy keeps it Unhealthy for as
+// long as it runs, however quiet: kubelet writes status only on change.
+// Once the pod is deleted the hold time starts, and at its end the device
+// is Unknown.
+func TestUnhealthyWhileReportedThenHeld(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, clk, w := newTestCache(t)
+	trainer := w.running("trainer", []Device{gpu0, gpu1}, unhealthy(gpu0, "ECC error"), healthy(gpu1))
+	c.ObservePod(logger, trainer)
 	r, ok := c.Get(gpu0)
-	if !ok || r.Health != v1.ResourceHealthStatusUnhealthy || r.Pod != "default/trainer" || r.Node != "node-1" || r.Message != "ECC error" {
+	if !ok || r.Health != v1.ResourceHealthStatusUnhealthy || r.Pod != "default/trainer" || r.PodUID != trainer.UID || r.Node != "node-1" || r.Message != "ECC error" {
 		t.Fatalf("gpu-0: %+v %v, want Unhealthy from default/trainer on node-1 with its message", r, ok)
 	}
 	if want := "reported by pod default/trainer at 2026-11-22T09:00:00Z: ECC error"; r.Detail() != want {
@@ -86,44 +162,28 @@ func TestUnhealthyUntilAHealthyReport(t *testing.T) {
 		t.Errorf("unhealthy set %v, want only gpu-0", got)
 	}
 
-	// The pod is deleted; its report stays. A replacement on the other
-	// device reports nothing new about gpu-0.
-	clk.Step(time.Minute)
-	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy {
-		t.Fatalf("gpu-0 after a minute: %s, want Unhealthy", r.Health)
+	clk.Step(3 * hold)
+	if next := c.expire(logger); !next.IsZero() {
+		t.Errorf("an expiry is due at %v while the pod still reports the device", next)
 	}
-	// Unknown does not clear Unhealthy.
-	c.ObservePod(logger, nil, podReporting("probe", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnknown, "")))
-	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy {
-		t.Fatalf("gpu-0 after an Unknown report: %s, want Unhealthy", r.Health)
+	if got := healthOf(c, gpu0); got != v1.ResourceHealthStatusUnhealthy {
+		t.Fatalf("gpu-0 three hold times later, still reported: %s, want Unhealthy", got)
 	}
-	// A Healthy report does.
-	c.ObservePod(logger, nil, podReporting("next", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusHealthy, "")))
-	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusHealthy || r.Pod != "default/next" {
-		t.Fatalf("gpu-0 after a Healthy report: %+v, want Healthy from default/next", r)
-	}
-	if got := unhealthyIDs(c); got.Len() != 0 {
-		t.Errorf("unhealthy set %v, want empty", got)
-	}
-	want := [][]Device{{gpu0, gpu1}, {gpu0}}
-	if len(rec.changed) != len(want) || len(rec.changed[0]) != 2 || rec.changed[1][0] != gpu0 {
-		t.Errorf("changes %v, want %v (nothing for the Unknown report)", rec.changed, want)
-	}
-}
 
-func TestHoldTimeEnds(t *testing.T) {
-	logger, _ := ktesting.NewTestContext(t)
-	c, clk, rec := newTestCache(t)
-	c.ObservePod(logger, nil, podReporting("trainer", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnhealthy, "")))
-	rec.changed = nil
-
+	c.PodLeft(logger, trainer.UID, false)
+	deleted := clk.Now()
+	r, _ = c.Get(gpu0)
+	if r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.Equal(deleted.Add(hold)) || !strings.Contains(r.Detail(), "held until") {
+		t.Fatalf("gpu-0 after its pod was deleted: %+v %q, want Unhealthy, held until a hold time from now", r, r.Detail())
+	}
 	clk.Step(hold - time.Second)
-	if next := c.expire(logger); !next.Equal(clk.Now().Add(time.Second)) {
-		t.Errorf("next expiry %v, want in one second", next)
+	if next := c.expire(logger); !next.Equal(deleted.Add(hold)) {
+		t.Errorf("next expiry %v, want %v", next, deleted.Add(hold))
 	}
-	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy {
-		t.Fatalf("gpu-0 a second before the hold time ends: %s", r.Health)
+	if got := healthOf(c, gpu0); got != v1.ResourceHealthStatusUnhealthy {
+		t.Fatalf("gpu-0 a second before the hold time ends: %s", got)
 	}
+	w.changed = nil
 	clk.Step(time.Second)
 	// Reads see Unknown at once, even before expire runs.
 	if got := unhealthyIDs(c); got.Len() != 0 {
@@ -132,35 +192,148 @@ func TestHoldTimeEnds(t *testing.T) {
 	if next := c.expire(logger); !next.IsZero() {
 		t.Errorf("next expiry %v, want none", next)
 	}
-	r, _ := c.Get(gpu0)
+	r, _ = c.Get(gpu0)
 	if r.Health != v1.ResourceHealthStatusUnknown || !r.Expired || !strings.Contains(r.Detail(), "hold time ended") {
 		t.Errorf("gpu-0 after the hold time: %+v %q, want Unknown, expired", r, r.Detail())
 	}
-	if len(rec.changed) != 1 || rec.changed[0][0] != gpu0 {
-		t.Errorf("changes %v, want gpu-0 told once", rec.changed)
+	if len(w.changed) != 1 || w.changed[0][0] != gpu0 {
+		t.Errorf("changes %v, want gpu-0 told once", w.changed)
+	}
+}
+
+// A report that changes from Unhealthy starts the hold time as a deleted
+// pod does; Unknown from another pod changes nothing.
+func TestHoldStartsWhenTheReportChanges(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, clk, w := newTestCache(t)
+	trainer := w.running("trainer", []Device{gpu0}, unhealthy(gpu0, ""))
+	c.ObservePod(logger, trainer)
+	probe := w.running("probe", []Device{gpu0}, health(gpu0.String(), v1.ResourceHealthStatusUnknown, ""))
+	c.ObservePod(logger, probe)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.IsZero() {
+		t.Fatalf("gpu-0 after an Unknown report from another pod: %+v, want Unhealthy, not held", r)
+	}
+	clk.Step(time.Minute)
+	quiet := trainer.DeepCopy()
+	quiet.Status.ContainerStatuses[0].AllocatedResourcesStatus[0].Resources[0].Health = v1.ResourceHealthStatusUnknown
+	c.ObservePod(logger, quiet)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.Equal(clk.Now().Add(hold)) {
+		t.Errorf("gpu-0 after its reporter says Unknown: %+v, want Unhealthy, held for a hold time from now", r)
+	}
+}
+
+// A new Healthy report from a holder ends Unhealthy at once, even while
+// the failed pod that reported it is kept; the failed pod's unchanged
+// status does not bring it back, and its deletion starts no hold.
+func TestHealthyReportEndsItAtOnce(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, _, w := newTestCache(t)
+	final := w.failedJob(logger, c)
+	if got := healthOf(c, gpu0); got != v1.ResourceHealthStatusUnhealthy {
+		t.Fatalf("gpu-0 after the job failed reporting it: %s, want Unhealthy", got)
 	}
 
-	// Unhealthy again: a new hold time starts.
-	c.ObservePod(logger, nil, podReporting("again", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnhealthy, "")))
-	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || r.Expired {
-		t.Errorf("gpu-0 reported Unhealthy again: %+v", r)
+	monitor := w.running("monitor", []Device{gpu0, gpu1}, healthy(gpu0))
+	c.ObservePod(logger, monitor)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusHealthy || r.Pod != "default/monitor" {
+		t.Fatalf("gpu-0 after the monitor reports it Healthy: %+v, want Healthy from default/monitor", r)
+	}
+	c.ObservePod(logger, final) // a resync of the unchanged failed pod
+	c.ObservePod(logger, monitor)
+	c.PodDeleted(logger, final.UID)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusHealthy || !r.HeldUntil.IsZero() {
+		t.Errorf("gpu-0 after resyncs and the failed pod's deletion: %+v, want Healthy", r)
+	}
+}
+
+// The batch job case: kubelet writes phase Failed and Unhealthy in one
+// status update, the scheduler's informer drops the pod (a delete with the
+// previous status), and the resourceclaim controller releases the claim.
+// The report still counts, whichever informer speaks first, because the
+// pod's holding was remembered while it ran.
+func TestFailedPodReportCountsAfterItsClaimIsReleased(t *testing.T) {
+	for name, terminalFirst := range map[string]bool{"terminal informer first": true, "scheduler's informer first": false} {
+		t.Run(name, func(t *testing.T) {
+			logger, _ := ktesting.NewTestContext(t)
+			c, _, w := newTestCache(t)
+			job := w.running("job", []Device{gpu0})
+			c.ObservePod(logger, job)
+			final := w.failed(job, unhealthy(gpu0, "Xid 79"))
+			if terminalFirst {
+				c.ObservePod(logger, final)
+				c.PodLeft(logger, job.UID, true)
+			} else {
+				c.PodLeft(logger, job.UID, false)
+				c.ObservePod(logger, final)
+			}
+			if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.IsZero() || r.Message != "Xid 79" {
+				t.Fatalf("gpu-0: %+v, want Unhealthy, held while the failed pod exists", r)
+			}
+			c.PodDeleted(logger, final.UID)
+			if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || r.HeldUntil.IsZero() {
+				t.Errorf("gpu-0 after the failed pod was deleted: %+v, want Unhealthy with its hold time started", r)
+			}
+			if _, _, holdings := c.Len(); holdings != 0 {
+				t.Errorf("%d holdings remembered after the pod was deleted, want 0", holdings)
+			}
+		})
+	}
+}
+
+// Only a holder is believed: a pod reporting a device none of its claims
+// reserved for it has allocated is ignored, counted and logged once.
+func TestReportsFromNonHoldersAreIgnored(t *testing.T) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true), ktesting.Verbosity(0)))
+	c, _, w := newTestCache(t)
+	liar := w.running("liar", []Device{gpu1}, unhealthy(gpu0, "fake"), unhealthy(gpu1, "real"))
+	for range 2 {
+		c.ObservePod(logger, liar)
+	}
+	// A claim not reserved for the pod holds nothing for it either.
+	borrower := w.running("borrower", []Device{gpu0}, unhealthy(gpu0, "borrowed"))
+	w.claims["default/claim-borrower"].Status.ReservedFor[0].UID = "someone-else"
+	c.ObservePod(logger, borrower)
+	// A finished pod the scheduler never saw run holds nothing it can show.
+	stranger := w.failed(w.running("stranger", []Device{gpu0}), unhealthy(gpu0, "stale"))
+	c.ObservePod(logger, stranger)
+
+	if got := c.Unhealthy(); len(got) != 1 || got[0].Device != gpu1 {
+		t.Errorf("Unhealthy %v, want only gpu-1, which the liar holds", got)
+	}
+	if got := w.ignored[IgnoredNotHolder]; got != 4 {
+		t.Errorf("%d reports counted as %s, want 4", got, IgnoredNotHolder)
+	}
+	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	for _, pod := range []string{"default/liar", "default/borrower", "default/stranger"} {
+		n := 0
+		for _, line := range strings.Split(logs, "\n") {
+			if strings.Contains(line, "Ignoring device health reports about devices the pod does not hold") && strings.Contains(line, `pod="`+pod+`"`) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("pod %s logged %d times at the default level, want once; logs:\n%s", pod, n, logs)
+		}
 	}
 }
 
 func TestRunTellsWhenTheHoldTimeEnds(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
-	c, clk, _ := newTestCache(t)
-	expired := make(chan []Device, 1)
-	c.opts.OnChange = func(d []Device) { expired <- d }
-	c.ObservePod(logger, nil, podReporting("trainer", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnhealthy, "")))
-	<-expired // the report itself
+	c, clk, w := newTestCache(t)
+	told := make(chan []Device, 10)
+	c.opts.OnChange = func(d []Device) { told <- d }
+	trainer := w.running("trainer", []Device{gpu0}, unhealthy(gpu0, ""))
+	c.ObservePod(logger, trainer)
+	c.PodLeft(logger, trainer.UID, false)
+	<-told // the report
+	<-told // the hold time started
 	go c.Run(ctx)
 	for !clk.HasWaiters() {
 		time.Sleep(time.Millisecond)
 	}
 	clk.Step(hold)
 	select {
-	case d := <-expired:
+	case d := <-told:
 		if len(d) != 1 || d[0] != gpu0 {
 			t.Errorf("expired %v, want gpu-0", d)
 		}
@@ -169,47 +342,316 @@ func TestRunTellsWhenTheHoldTimeEnds(t *testing.T) {
 	}
 }
 
-func TestRenewedOnlyByPodsKubeletStillRuns(t *testing.T) {
+// Under deviceHealth.policy Taint the rule is the persisted report: a
+// restarted scheduler restores it, believes the pod it names (whose claim
+// is long released) and starts the hold time when that pod is gone.
+func TestRestoreFromRules(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
-	c, clk, _ := newTestCache(t)
-	running := podReporting("crashloop", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnhealthy, "Xid 79"))
-	c.ObservePod(logger, nil, running)
-
-	// Eight minutes later the crash-looping pod restarts; its status still
-	// says Unhealthy: a fresh report.
-	clk.Step(8 * time.Minute)
-	restarted := running.DeepCopy()
-	restarted.Status.ContainerStatuses[0].RestartCount++
-	c.ObservePod(logger, running, restarted)
-	clk.Step(8 * time.Minute)
-	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy {
-		t.Fatalf("16 minutes after the first report, 8 after the last: %s, want Unhealthy", r.Health)
+	_, clk, _ := newTestCache(t)
+	reportedAt := clk.Now().Add(-time.Hour)
+	report := Report{Device: gpu0, Health: v1.ResourceHealthStatusUnhealthy, Pod: "default/job", PodUID: "uid-job", Node: "node-1", Message: "Xid 79", Since: reportedAt}
+	rule := RuleFor(report)
+	if !IsOwnRule(rule) || rule.Spec.Taint.Effect != resourceapi.DeviceTaintEffectNoSchedule || *rule.Spec.DeviceSelector.Device != "gpu-0" {
+		t.Fatalf("RuleFor: %+v", rule)
 	}
 
-	// The pod fails; a later update of its frozen status is no report.
-	failed := restarted.DeepCopy()
-	failed.Status.Phase = v1.PodFailed
-	c.ObservePod(logger, restarted, failed)
-	clk.Step(time.Minute)
-	labelled := failed.DeepCopy()
-	labelled.Labels = map[string]string{"seen": "true"}
-	c.ObservePod(logger, failed, labelled)
-	clk.Step(hold - 2*time.Minute)
-	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnknown {
-		t.Errorf("a hold time after the failed pod's last change: %s, want Unknown", r.Health)
+	t.Run("the named pod still reports it", func(t *testing.T) {
+		c, _, w := newTestCache(t)
+		c.Restore(logger, rule)
+		if r, _ := c.Get(gpu0); r != report {
+			t.Fatalf("restored %+v, want %+v", r, report)
+		}
+		job := w.failed(w.running("job", []Device{gpu0}), unhealthy(gpu0, "Xid 79"))
+		c.ObservePod(logger, job)
+		c.Settle(logger)
+		if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.IsZero() || !r.Since.Equal(reportedAt) {
+			t.Fatalf("after the failed pod was seen: %+v, want Unhealthy since the rule's time, not held", r)
+		}
+		// Seen again (a relist): still believed, though its claim is gone.
+		c.ObservePod(logger, job.DeepCopy())
+		if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.IsZero() {
+			t.Fatalf("after the failed pod was seen again: %+v, want Unhealthy, not held", r)
+		}
+		c.PodDeleted(logger, job.UID)
+		if r, _ := c.Get(gpu0); r.HeldUntil.IsZero() {
+			t.Errorf("after the failed pod was deleted: %+v, want the hold time started", r)
+		}
+	})
+	t.Run("the named pod is gone", func(t *testing.T) {
+		c, clk, _ := newTestCache(t)
+		c.Restore(logger, rule)
+		c.Settle(logger)
+		if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.Equal(clk.Now().Add(hold)) {
+			t.Errorf("settled with no pod: %+v, want held for a hold time from now", r)
+		}
+	})
+	t.Run("held already", func(t *testing.T) {
+		c, clk, _ := newTestCache(t)
+		held := report
+		held.HeldUntil = clk.Now().Add(time.Minute)
+		c.Restore(logger, RuleFor(held))
+		c.Settle(logger)
+		if r, _ := c.Get(gpu0); r != held {
+			t.Fatalf("restored %+v, want %+v", r, held)
+		}
+		clk.Step(time.Minute)
+		if got := healthOf(c, gpu0); got != v1.ResourceHealthStatusUnknown {
+			t.Errorf("at the rule's held-until time: %s, want Unknown", got)
+		}
+	})
+	t.Run("not drascope's", func(t *testing.T) {
+		c, _, _ := newTestCache(t)
+		foreign := rule.DeepCopy()
+		foreign.Labels = nil
+		c.Restore(logger, foreign)
+		if _, ok := c.Get(gpu0); ok {
+			t.Errorf("a rule without drascope's label was restored")
+		}
+	})
+}
+
+func TestRuleNamesAreValidAndDistinct(t *testing.T) {
+	long := Device{Driver: "gpu.example.com", Pool: "rack-1/" + strings.Repeat("n", 200), Name: strings.Repeat("d", 63)}
+	names := sets.New[string]()
+	for _, d := range []Device{gpu0, gpu1, long, {Driver: "gpu.example.com", Pool: "node-2", Name: "gpu-0"}} {
+		name := RuleName(d)
+		if len(name) > 253 || strings.ContainsAny(name, "/_") || strings.HasSuffix(name, "-") {
+			t.Errorf("RuleName(%s) = %q, not a DNS subdomain", d, name)
+		}
+		names.Insert(name)
+	}
+	if names.Len() != 4 {
+		t.Errorf("names %v are not distinct", sets.List(names))
+	}
+}
+
+// State is bounded: devices that left every slice and are not Unhealthy
+// are forgotten after two sweeps (a node rebooted to fix a GPU drops its
+// slices for a while, and the GPU must come back withheld), and so is what
+// was remembered of pods deleted while running, after the grace period.
+func TestSweepForgets(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, clk, w := newTestCache(t)
+	exists := sets.New(gpu0, gpu1)
+	c.opts.DeviceExists = func(d Device) bool { return exists.Has(d) }
+	a := w.running("a", []Device{gpu0}, healthy(gpu0))
+	b := w.running("b", []Device{gpu1}, unhealthy(gpu1, ""))
+	c.ObservePod(logger, a)
+	c.ObservePod(logger, b)
+	c.PodLeft(logger, a.UID, false)
+	c.PodLeft(logger, b.UID, false)
+	exists.Delete(gpu0, gpu1)
+	c.sweep(logger)
+	if devices, _, _ := c.Len(); devices != 2 {
+		t.Fatalf("%d devices after one sweep, want 2", devices)
+	}
+	clk.Step(holdingGrace)
+	c.sweep(logger)
+	if _, ok := c.Get(gpu0); ok {
+		t.Errorf("gpu-0, Healthy and in no slice for two sweeps, is remembered")
+	}
+	if got := healthOf(c, gpu1); got != v1.ResourceHealthStatusUnknown {
+		t.Errorf("gpu-1, held Unhealthy until a hold time ended: %s, want Unknown (expired, not forgotten early)", got)
+	}
+	if devices, pods, holdings := c.Len(); devices != 1 || pods != 0 || holdings != 0 {
+		t.Errorf("remembered %d devices, %d pods, %d holdings after the grace period; want 1, 0, 0", devices, pods, holdings)
+	}
+	c.sweep(logger)
+	if devices, _, _ := c.Len(); devices != 0 {
+		t.Errorf("%d devices once gpu-1's hold ended and it is in no slice, want 0", devices)
+	}
+}
+
+// A finished pod that is kept is still believed long after its claims were
+// released, however often its informer relists it.
+func TestKeptFailedPodIsStillBelieved(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, clk, w := newTestCache(t)
+	final := w.failedJob(logger, c)
+	c.PodLeft(logger, final.UID, true)
+	clk.Step(3 * holdingGrace)
+	c.sweep(logger)
+	relisted := final.DeepCopy()
+	relisted.Labels = map[string]string{"seen": "again"}
+	c.ObservePod(logger, relisted)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.IsZero() {
+		t.Errorf("gpu-0 after the kept failed pod was relisted: %+v, want Unhealthy, not held", r)
+	}
+	if got := w.ignored[IgnoredNotHolder]; got != 0 {
+		t.Errorf("%d reports of the kept failed pod counted as %s", got, IgnoredNotHolder)
+	}
+}
+
+// The two pod informers are separate streams: an update of the scheduler's
+// informer that arrives after the final status is older, and ignored.
+func TestOldRunningStatusAfterTheFinalOneIsIgnored(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, _, w := newTestCache(t)
+	job := w.running("job", []Device{gpu0}, healthy(gpu0))
+	c.ObservePod(logger, w.running("job", []Device{gpu0}))
+	c.ObservePod(logger, w.failed(job, unhealthy(gpu0, "Xid 79")))
+	c.ObservePod(logger, job) // the container-start update, delivered late
+	if got := healthOf(c, gpu0); got != v1.ResourceHealthStatusUnhealthy {
+		t.Errorf("gpu-0 after a late running update: %s, want Unhealthy from the final status", got)
+	}
+}
+
+// A report that turns Unknown after the hold time ended, before Run
+// expired the device, must not leave it withheld.
+func TestUnknownAfterTheHoldTimeIsNotWithheld(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, clk, w := newTestCache(t)
+	a := w.running("a", []Device{gpu0}, unhealthy(gpu0, ""))
+	c.ObservePod(logger, a)
+	c.PodLeft(logger, a.UID, false)
+	clk.Step(hold)
+	c.ObservePod(logger, w.running("probe", []Device{gpu0}, health(gpu0.String(), v1.ResourceHealthStatusUnknown, "")))
+	if got := unhealthyIDs(c); got.Len() != 0 {
+		t.Errorf("withheld %v after the hold time and an Unknown report", got)
+	}
+}
+
+// kubelet reports a device by its first CDI ID when the driver gives one;
+// once the failed pod's claim is released, what the claim held while the
+// pod ran resolves it.
+func TestCDIReportOfAFailedPod(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, _, w := newTestCache(t)
+	job := w.running("job", []Device{gpu1})
+	c.ObservePod(logger, job)
+	c.ObservePod(logger, w.failed(job, health("gpu.example.com/gpu=gpu-1", v1.ResourceHealthStatusUnhealthy, "")))
+	if got := healthOf(c, gpu1); got != v1.ResourceHealthStatusUnhealthy {
+		t.Errorf("gpu-1: %s, want Unhealthy", got)
+	}
+}
+
+// At start-up pods and claims are listed concurrently: a running pod judged
+// before its claim was known is looked at again when the claim arrives,
+// since kubelet writes its status again only on change.
+func TestClaimEventRechecksDistrustedReports(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, _, w := newTestCache(t)
+	quiet := w.running("quiet", []Device{gpu0}, unhealthy(gpu0, "Xid 79"))
+	claim := w.claims["default/claim-quiet"]
+	delete(w.claims, "default/claim-quiet")
+	c.ObservePod(logger, quiet)
+	if got := healthOf(c, gpu0); got == v1.ResourceHealthStatusUnhealthy {
+		t.Fatal("believed before the claim was known")
+	}
+	w.claims["default/claim-quiet"] = claim
+	c.ObserveClaim(logger, claim)
+	if got := healthOf(c, gpu0); got != v1.ResourceHealthStatusUnhealthy {
+		t.Errorf("gpu-0 once the claim arrived: %s, want Unhealthy", got)
+	}
+}
+
+// What is persisted names a pod that still reports the device: when the
+// named reporter goes, another holder is named.
+func TestReporterIsRenamedWhenItGoes(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, _, w := newTestCache(t)
+	a := w.running("a", []Device{gpu0}, unhealthy(gpu0, "first"))
+	b := w.running("b", []Device{gpu0}, unhealthy(gpu0, "second"))
+	c.ObservePod(logger, a)
+	c.ObservePod(logger, b)
+	if r, _ := c.Get(gpu0); r.PodUID != b.UID {
+		t.Fatalf("reporter %s, want the latest, b", r.PodUID)
+	}
+	c.PodLeft(logger, b.UID, false)
+	if r, _ := c.Get(gpu0); r.PodUID != a.UID || r.Pod != "default/a" || r.Message != "first" || !r.HeldUntil.IsZero() {
+		t.Errorf("after b left: %+v, want a named, with its message, not held", r)
+	}
+}
+
+// A process that starts leading adopts what the previous leader persisted
+// and it missed, for a hold time; a newer report of its own wins.
+func TestAdoptOnLeading(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, clk, w := newTestCache(t)
+	reportedAt := clk.Now().Add(-time.Minute)
+	missed := RuleFor(Report{Device: gpu0, Health: v1.ResourceHealthStatusUnhealthy, Pod: "default/job", PodUID: "uid-job", Since: reportedAt})
+	recovered := RuleFor(Report{Device: gpu1, Health: v1.ResourceHealthStatusUnhealthy, Pod: "default/job", PodUID: "uid-job", Since: reportedAt})
+	c.ObservePod(logger, w.running("monitor", []Device{gpu1}, healthy(gpu1)))
+	c.Adopt(logger, missed)
+	c.Adopt(logger, recovered)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.Equal(clk.Now().Add(hold)) {
+		t.Errorf("gpu-0 adopted: %+v, want Unhealthy for a hold time from now", r)
+	}
+	if got := healthOf(c, gpu1); got != v1.ResourceHealthStatusHealthy {
+		t.Errorf("gpu-1, reported Healthy after the rule's report: %s, want Healthy", got)
+	}
+}
+
+// A labelled rule is drascope's only under the name of the device it
+// selects: edited to select another device, it is the report of neither.
+func TestEditedRuleIsNotOwn(t *testing.T) {
+	rule := RuleFor(Report{Device: gpu0, Health: v1.ResourceHealthStatusUnhealthy, Since: time.Unix(0, 0)})
+	if !IsOwnRule(rule) {
+		t.Fatal("RuleFor makes a rule IsOwnRule refuses")
+	}
+	edited := rule.DeepCopy()
+	edited.Spec.DeviceSelector.Device = ptr.To("gpu-1")
+	if IsOwnRule(edited) || !HasOwnLabel(edited) {
+		t.Errorf("a rule edited to select another device: IsOwnRule %v, HasOwnLabel %v; want false, true", IsOwnRule(edited), HasOwnLabel(edited))
+	}
+	if _, ok := DeviceOfRule(edited); ok {
+		t.Error("an edited rule is restored")
+	}
+	rekeyed := rule.DeepCopy()
+	rekeyed.Spec.Taint.Key = "example.com/other"
+	if IsOwnRule(rekeyed) || sameRule(rekeyed, rule) {
+		t.Error("a rule with another taint key counts as drascope's, or as unchanged")
+	}
+	annotated := rule.DeepCopy()
+	annotated.Annotations["owner"] = "someone"
+	annotated.Labels["team"] = "gpu"
+	annotated.Spec.Taint.TimeAdded = &metav1.Time{Time: time.Unix(100, 0)}
+	if !sameRule(annotated, rule) {
+		t.Error("labels, annotations and timeAdded that others add make a rule look changed")
+	}
+}
+
+// The terminal-pod informer keeps only what health reads, and that is
+// enough: the slim pod reports what the full one does.
+func TestSlimTerminalPodReportsTheSame(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	full := reporting("job", unhealthy(gpu0, "Xid 79"))
+	full.Labels = map[string]string{"job-name": "train"}
+	full.Spec.Containers = []v1.Container{{Name: "ctr", Image: "registry.example.com/train:v1"}}
+	full.Status.Phase = v1.PodFailed
+	full.Status.ContainerStatuses[0].Image = "registry.example.com/train:v1"
+	obj, err := slimTerminalPod(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := obj.(*v1.Pod)
+	if slim.Labels != nil || slim.Spec.Containers != nil || slim.Status.ContainerStatuses[0].Image != "" {
+		t.Errorf("slim pod keeps more than health reads: %+v", slim)
+	}
+	for _, pod := range []*v1.Pod{full, slim} {
+		c, _, w := newTestCache(t)
+		c.ObservePod(logger, w.running("job", []Device{gpu0}))
+		c.ObservePod(logger, pod)
+		if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || r.Message != "Xid 79" {
+			t.Errorf("from the %s pod: %+v, want Unhealthy with the message", map[bool]string{true: "full", false: "slim"}[pod == full], r)
+		}
+	}
+	noClaims, _ := slimTerminalPod(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}, Status: full.Status})
+	if p, ok := noClaims.(*metav1.PartialObjectMetadata); !ok || p.Name != "web" || p.Namespace != "default" {
+		t.Errorf("a pod without claims is kept as %#v, want its name only", noClaims)
 	}
 }
 
 func TestInitAndEphemeralContainersReport(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
-	c, _, _ := newTestCache(t)
-	pod := podReporting("p")
+	c, _, w := newTestCache(t)
+	pod := w.running("p", []Device{gpu0, gpu1})
 	pod.Status.ContainerStatuses = nil
 	pod.Status.InitContainerStatuses = []v1.ContainerStatus{{Name: "init", AllocatedResourcesStatus: []v1.ResourceStatus{{
-		Name: "claim:gpu", Resources: []v1.ResourceHealth{health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnhealthy, "")}}}}}
+		Name: "claim:gpu", Resources: []v1.ResourceHealth{unhealthy(gpu0, "")}}}}}
 	pod.Status.EphemeralContainerStatuses = []v1.ContainerStatus{{Name: "debug", AllocatedResourcesStatus: []v1.ResourceStatus{{
-		Name: "claim:gpu/req", Resources: []v1.ResourceHealth{health("gpu.example.com/node-1/gpu-1", v1.ResourceHealthStatusUnhealthy, "")}}}}}
-	c.ObservePod(logger, nil, pod)
+		Name: "claim:gpu/req", Resources: []v1.ResourceHealth{unhealthy(gpu1, "")}}}}}
+	c.ObservePod(logger, pod)
 	if got := len(c.Unhealthy()); got != 2 {
 		t.Errorf("%d Unhealthy devices, want 2 (init and ephemeral containers)", got)
 	}
@@ -249,15 +691,15 @@ func TestParseResourceID(t *testing.T) {
 
 func TestBadResourceIDsAreIgnoredAndLoggedOnce(t *testing.T) {
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true), ktesting.Verbosity(0)))
-	c, _, _ := newTestCache(t)
+	c, _, w := newTestCache(t)
 	c.opts.Resolver.KnownDriver = func(driver string) bool { return driver == "gpu.example.com" }
-	pod := podReporting("p",
+	pod := w.running("p", []Device{gpu1},
 		health("gpu.example.com/gpu-0", v1.ResourceHealthStatusUnhealthy, ""),
 		health("nic.example.com/node-1/nic-0", v1.ResourceHealthStatusUnhealthy, ""),
 		health("gpu.example.com/node-1/gpu-1", v1.ResourceHealthStatusUnhealthy, ""),
 	)
 	for range 3 {
-		c.ObservePod(logger, nil, pod)
+		c.ObservePod(logger, pod)
 	}
 	if got := c.Unhealthy(); len(got) != 1 || got[0].Device != gpu1 {
 		t.Errorf("Unhealthy %v, want only gpu-1", got)
@@ -277,42 +719,30 @@ func TestBadResourceIDsAreIgnoredAndLoggedOnce(t *testing.T) {
 	if !strings.Contains(logs, `no ResourceSlice is published by driver \"nic.example.com\"`) {
 		t.Errorf("the unknown driver is not named in the logs:\n%s", logs)
 	}
+	if got := w.ignored[IgnoredUnresolvable]; got != 6 {
+		t.Errorf("%d reports counted as %s, want 6 (two in each of three observations)", got, IgnoredUnresolvable)
+	}
 }
 
 func TestCDIDeviceIDsResolveThroughTheClaim(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
-	c, _, _ := newTestCache(t)
-	claims := map[string]*resourceapi.ResourceClaim{
-		"default/claim-single": allocatedClaim("req", "gpu-0"),
-		"default/claim-double": allocatedClaim("req", "gpu-0", "gpu-1"),
+	c, _, w := newTestCache(t)
+	single := w.running("single", []Device{gpu0}, health("gpu.example.com/gpu=gpu-0", v1.ResourceHealthStatusUnhealthy, ""))
+	double := w.running("double", []Device{gpu0, gpu1}, health("gpu.example.com/gpu=gpu-1", v1.ResourceHealthStatusUnhealthy, ""))
+	gone := w.running("gone", []Device{gpu1}, health("gpu.example.com/gpu=gpu-1", v1.ResourceHealthStatusUnhealthy, ""))
+	delete(w.claims, "default/claim-gone")
+	for _, pod := range []*v1.Pod{single, double, gone} {
+		c.ObservePod(logger, pod)
 	}
-	c.opts.Resolver.Claim = func(namespace, name string) (*resourceapi.ResourceClaim, error) {
-		if claim, ok := claims[namespace+"/"+name]; ok {
-			return claim, nil
-		}
-		return nil, apierrors.NewNotFound(schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaims"}, name)
-	}
-	c.ObservePod(logger, nil, podReporting("single", health("gpu.example.com/gpu=gpu-0", v1.ResourceHealthStatusUnhealthy, "")))
-	c.ObservePod(logger, nil, podReporting("double", health("gpu.example.com/gpu=gpu-1", v1.ResourceHealthStatusUnhealthy, "")))
-	c.ObservePod(logger, nil, podReporting("gone", health("gpu.example.com/gpu=gpu-1", v1.ResourceHealthStatusUnhealthy, "")))
 	if got := c.Unhealthy(); len(got) != 1 || got[0].Device != gpu0 {
 		t.Errorf("Unhealthy %v, want only gpu-0 (the one device of claim-single)", got)
 	}
 }
 
-func allocatedClaim(request string, devices ...string) *resourceapi.ResourceClaim {
-	claim := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}}}
-	for _, d := range devices {
-		claim.Status.Allocation.Devices.Results = append(claim.Status.Allocation.Devices.Results,
-			resourceapi.DeviceRequestAllocationResult{Request: request, Driver: "gpu.example.com", Pool: "node-1", Device: d})
-	}
-	return claim
-}
-
 func TestNewHealthyReports(t *testing.T) {
-	unhealthy := podReporting("p", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnhealthy, ""))
-	healthy := podReporting("p", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusHealthy, ""))
-	plain := podReporting("p")
+	unhealthy := reporting("p", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusUnhealthy, ""))
+	healthy := reporting("p", health("gpu.example.com/node-1/gpu-0", v1.ResourceHealthStatusHealthy, ""))
+	plain := reporting("p")
 	for name, tc := range map[string]struct {
 		old, pod *v1.Pod
 		want     bool
@@ -355,5 +785,22 @@ func TestDetailCutsLongMessagesOnACharacter(t *testing.T) {
 	}
 	if !strings.HasSuffix(detail, "é...") {
 		t.Errorf("detail %q does not end with whole characters and ...", detail[len(detail)-10:])
+	}
+}
+
+// A pod that fails to start goes from bound to Failed at once: when the
+// scheduler saw it bound, its claim's allocation had not reached the
+// informer yet. The claim event completes the holding.
+func TestClaimEventCompletesTheHolding(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, _, w := newTestCache(t)
+	job := w.running("job", []Device{gpu0})
+	claim := w.claims["default/claim-job"]
+	delete(w.claims, "default/claim-job")
+	c.ObservePod(logger, job) // bound; the claim is not in the informer yet
+	c.ObserveClaim(logger, claim)
+	c.ObservePod(logger, w.failed(job, unhealthy(gpu0, "Xid 79")))
+	if got := healthOf(c, gpu0); got != v1.ResourceHealthStatusUnhealthy {
+		t.Errorf("gpu-0: %s, want Unhealthy", got)
 	}
 }

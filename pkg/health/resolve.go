@@ -33,21 +33,22 @@ type Resolver struct {
 	Claim func(namespace, name string) (*resourceapi.ResourceClaim, error)
 }
 
-// maxLogged bounds how many distinct bad resource IDs are remembered for
-// logging once; past it, further ones are logged at a high verbosity only.
+// maxLogged bounds how many distinct keys a onceSet remembers; past it,
+// further ones are logged at a high verbosity only.
 const maxLogged = 1000
 
-// ignoredIDs remembers which bad resource IDs were logged.
-type ignoredIDs struct {
+// onceSet remembers what was logged, so that each bad resource ID or each
+// untrusted pod is logged once.
+type onceSet struct {
 	mu   sync.Mutex
 	seen map[string]struct{}
 }
 
-// first reports whether id is being ignored for the first time.
-func (l *ignoredIDs) first(id string) bool {
+// first reports whether key is seen for the first time.
+func (l *onceSet) first(key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, ok := l.seen[id]; ok {
+	if _, ok := l.seen[key]; ok {
 		return false
 	}
 	if l.seen == nil {
@@ -56,7 +57,7 @@ func (l *ignoredIDs) first(id string) bool {
 	if len(l.seen) >= maxLogged {
 		return false
 	}
-	l.seen[id] = struct{}{}
+	l.seen[key] = struct{}{}
 	return true
 }
 
@@ -77,35 +78,49 @@ func foreachDRAEntry(pod *v1.Pod, fn func(entry v1.ResourceStatus, claimRef stri
 
 // reportsOf returns the DRA health entries of a pod's status as reports,
 // one per device. Entries that cannot be resolved are logged once each and
-// left out.
-func (c *Cache) reportsOf(logger klog.Logger, pod *v1.Pod) []report {
-	var reports []report
+// left out. held are the allocation results the pod's claims had while it
+// ran, by the pod's claim name, for CDI device IDs of claims released since.
+func (c *Cache) reportsOf(logger klog.Logger, pod *v1.Pod, held map[string][]resourceapi.DeviceRequestAllocationResult) map[Device]report {
+	var reports map[Device]report
 	foreachDRAEntry(pod, func(entry v1.ResourceStatus, claimRef string) {
 		podClaim, request, _ := strings.Cut(claimRef, "/")
 		for _, h := range entry.Resources {
-			device, err := c.opts.Resolver.resolve(pod, podClaim, request, string(h.ResourceID))
+			device, err := c.opts.Resolver.resolve(pod, podClaim, request, string(h.ResourceID), held[podClaim])
 			if err != nil {
 				c.ignore(logger, pod, string(entry.Name), string(h.ResourceID), err)
 				continue
 			}
-			if !containsDevice(reports, device) {
-				reports = append(reports, report{device: device, health: h.Health, message: ptr.Deref(h.Message, "")})
+			if reports == nil {
+				reports = map[Device]report{}
+			}
+			// kubelet writes one entry per claim and request; should two
+			// containers disagree, the worse health counts.
+			if r, ok := reports[device]; !ok || worse(h.Health, r.health) {
+				reports[device] = report{health: h.Health, message: ptr.Deref(h.Message, "")}
 			}
 		}
 	})
 	return reports
 }
 
-func containsDevice(reports []report, d Device) bool {
-	for _, r := range reports {
-		if r.device == d {
-			return true
+// worse orders Unhealthy before Unknown before Healthy.
+func worse(a, b v1.ResourceHealthStatus) bool {
+	rank := func(h v1.ResourceHealthStatus) int {
+		switch h {
+		case v1.ResourceHealthStatusUnhealthy:
+			return 2
+		case v1.ResourceHealthStatusHealthy:
+			return 0
 		}
+		return 1
 	}
-	return false
+	return rank(a) > rank(b)
 }
 
 func (c *Cache) ignore(logger klog.Logger, pod *v1.Pod, entry, id string, err error) {
+	if c.opts.OnIgnored != nil {
+		c.opts.OnIgnored(IgnoredUnresolvable)
+	}
 	if c.ignored.first(id) {
 		logger.Info("Ignoring a device health report that names no known device; further reports with this resource ID are ignored silently",
 			"pod", klog.KObj(pod), "entry", entry, "resourceID", id, "reason", err.Error())
@@ -115,10 +130,11 @@ func (c *Cache) ignore(logger klog.Logger, pod *v1.Pod, entry, id string, err er
 }
 
 // resolve turns one resource ID of the entry for podClaim (and request,
-// empty for a whole claim) into a device.
-func (r Resolver) resolve(pod *v1.Pod, podClaim, request, id string) (Device, error) {
+// empty for a whole claim) into a device; held are the results the claim
+// had while the pod ran, if known.
+func (r Resolver) resolve(pod *v1.Pod, podClaim, request, id string, held []resourceapi.DeviceRequestAllocationResult) (Device, error) {
 	if strings.Contains(id, "=") {
-		return r.resolveCDI(pod, podClaim, request, id)
+		return r.resolveCDI(pod, podClaim, request, held)
 	}
 	d, err := ParseResourceID(id)
 	if err != nil {
@@ -152,10 +168,37 @@ func ParseResourceID(id string) (Device, error) {
 	return d, nil
 }
 
-// resolveCDI finds the one device that the pod's claim holds for request.
-func (r Resolver) resolveCDI(pod *v1.Pod, podClaim, request, id string) (Device, error) {
+// resolveCDI finds the one device that the pod's claim holds for request:
+// from the claim, or, once it is released (the pod finished), from what it
+// held while the pod ran.
+func (r Resolver) resolveCDI(pod *v1.Pod, podClaim, request string, held []resourceapi.DeviceRequestAllocationResult) (Device, error) {
+	results, source, err := r.claimResults(pod, podClaim)
+	if err != nil {
+		if held == nil {
+			return Device{}, err
+		}
+		results, source = held, fmt.Sprintf("claim %q while the pod ran", podClaim)
+	}
+	var found []Device
+	for _, result := range results {
+		resultRequest, _, _ := strings.Cut(result.Request, "/")
+		if request == "" || resultRequest == request {
+			found = append(found, Device{Driver: result.Driver, Pool: result.Pool, Name: result.Device})
+		}
+	}
+	if len(found) != 1 {
+		return Device{}, fmt.Errorf("a CDI device ID, and request %q of %s holds %d devices: cannot tell which one it is", request, source, len(found))
+	}
+	if r.KnownDriver != nil && !r.KnownDriver(found[0].Driver) {
+		return Device{}, fmt.Errorf("no ResourceSlice is published by driver %q", found[0].Driver)
+	}
+	return found[0], nil
+}
+
+// claimResults returns the allocation results of the pod's claim podClaim.
+func (r Resolver) claimResults(pod *v1.Pod, podClaim string) ([]resourceapi.DeviceRequestAllocationResult, string, error) {
 	if r.Claim == nil {
-		return Device{}, errors.New("a CDI device ID, and claims cannot be looked up")
+		return nil, "", errors.New("a CDI device ID, and claims cannot be looked up")
 	}
 	var ref *v1.PodResourceClaim
 	for i := range pod.Spec.ResourceClaims {
@@ -164,30 +207,17 @@ func (r Resolver) resolveCDI(pod *v1.Pod, podClaim, request, id string) (Device,
 		}
 	}
 	if ref == nil {
-		return Device{}, fmt.Errorf("a CDI device ID for claim %q, which the pod does not reference", podClaim)
+		return nil, "", fmt.Errorf("a CDI device ID for claim %q, which the pod does not reference", podClaim)
 	}
 	name, _, err := resourceclaim.Name(pod, ref)
 	if err != nil || name == nil {
-		return Device{}, fmt.Errorf("a CDI device ID for claim %q, whose ResourceClaim is not known yet", podClaim)
+		return nil, "", fmt.Errorf("a CDI device ID for claim %q, whose ResourceClaim is not known yet", podClaim)
 	}
 	claim, err := r.Claim(pod.Namespace, *name)
-	if err != nil || claim.Status.Allocation == nil {
-		return Device{}, fmt.Errorf("a CDI device ID for ResourceClaim %s/%s, which is gone or not allocated", pod.Namespace, *name)
+	if err != nil || claim == nil || claim.Status.Allocation == nil {
+		return nil, "", fmt.Errorf("a CDI device ID for ResourceClaim %s/%s, which is gone or not allocated", pod.Namespace, *name)
 	}
-	var found []Device
-	for _, result := range claim.Status.Allocation.Devices.Results {
-		resultRequest, _, _ := strings.Cut(result.Request, "/")
-		if request == "" || resultRequest == request {
-			found = append(found, Device{Driver: result.Driver, Pool: result.Pool, Name: result.Device})
-		}
-	}
-	if len(found) != 1 {
-		return Device{}, fmt.Errorf("a CDI device ID, and request %q of ResourceClaim %s/%s holds %d devices: cannot tell which one it is", request, pod.Namespace, *name, len(found))
-	}
-	if r.KnownDriver != nil && !r.KnownDriver(found[0].Driver) {
-		return Device{}, fmt.Errorf("no ResourceSlice is published by driver %q", found[0].Driver)
-	}
-	return found[0], nil
+	return claim.Status.Allocation.Devices.Results, fmt.Sprintf("ResourceClaim %s/%s", pod.Namespace, *name), nil
 }
 
 // NewHealthyReports reports whether pod's status says Healthy for a DRA

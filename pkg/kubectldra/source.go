@@ -18,6 +18,7 @@ import (
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
+	"github.com/drascope/drascope/pkg/health"
 	"github.com/drascope/drascope/pkg/poolstatus"
 )
 
@@ -234,7 +235,7 @@ func (s *poolSource) Detail(ctx context.Context, rp *v1alpha1.ResourcePool) (*dr
 		return nil, noteDetailNoClaims, nil
 	}
 	id := drausage.PoolID{Driver: rp.Spec.Driver, Pool: rp.Spec.PoolName}
-	opts := drausage.Options{DeviceTaintRules: view.taintRules}
+	opts := drausage.Options{DeviceTaintRules: view.taintRules, HealthTaintKey: health.TaintKey}
 	opts.Health, opts.WithholdUnhealthy = schedulerHealth(rp)
 	usage := drausage.ComputePool(id, view.poolSlices(id), view.claims, opts)
 	if view.claimsNamespace == "" {
@@ -308,7 +309,7 @@ func (v *clusterView) poolSlices(id drausage.PoolID) []*resourceapi.ResourceSlic
 // scheduler withholds Unhealthy devices, as the ResourcePool publishes its
 // deviceHealth.policy.
 func schedulerHealth(rp *v1alpha1.ResourcePool) (func(drausage.PoolID, string) drausage.DeviceHealth, bool) {
-	withholds := rp.Status.DeviceHealthPolicy == string(config.DeviceHealthAvoid)
+	withholds := rp.Status.DeviceHealthPolicy == string(config.DeviceHealthAvoid) || rp.Status.DeviceHealthPolicy == string(config.DeviceHealthTaint)
 	known := map[string]drausage.DeviceHealth{}
 	for _, d := range rp.Status.Devices {
 		if d.Health != "" {

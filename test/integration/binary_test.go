@@ -82,7 +82,10 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 func TestSchedulerBinaryAdminAccessGateOff(t *testing.T) {
 	const gateOffScheduler = "drascope-gate-off"
 	config, err := writeTempConfig("gate-off",
-		shippedConfigWith(t, "schedulerName: "+schedulerName, "schedulerName: "+gateOffScheduler),
+		// Emulating 1.35 turns DRADeviceTaintRules off, which
+		// deviceHealth.policy Taint (the default) needs.
+		shippedConfigWith(t, "schedulerName: "+schedulerName, "schedulerName: "+gateOffScheduler,
+			"      adminAccess:", "      deviceHealth:\n        policy: Avoid\n      adminAccess:"),
 		env.schedulerKubeconfig)
 	if err != nil {
 		t.Fatal(err)

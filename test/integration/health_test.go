@@ -1,14 +1,23 @@
 package integration
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	drahealth "github.com/drascope/drascope/pkg/health"
 )
 
 // KEP-4680, the common failure: a GPU dies, its pod is deleted, and the
@@ -17,11 +26,8 @@ import (
 // device waits with a message naming it, and a Healthy report brings it back.
 func TestUnhealthyDeviceIsAvoided(t *testing.T) {
 	s := newScenario(t, adminNamespaceLabels)
-	node := s.addNode("gpus", 2)
+	node, broken := s.gpuNodeWithPod("trainer", 2)
 	pool := poolObjectName(t, node)
-	s.addClaimTemplate("gpu", false)
-	s.addPod("trainer", schedulerName, fromTemplate("gpu"))
-	broken := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("trainer"))).Device
 
 	s.reportHealth("trainer", health(node, broken, v1.ResourceHealthStatusUnhealthy, "ECC error count exceeded"))
 	rp := s.waitForResourcePool(pool, broken+" Allocated and Unhealthy", func(rp *v1alpha1.ResourcePool) bool {
@@ -30,6 +36,14 @@ func TestUnhealthyDeviceIsAvoided(t *testing.T) {
 	})
 	if d := deviceStatus(rp, broken); !strings.Contains(d.HealthMessage, "reported by pod "+s.namespace+"/trainer") || !strings.Contains(d.HealthMessage, "ECC error count exceeded") {
 		t.Errorf("health message of %s: %q, want the pod and kubelet's message", broken, d.HealthMessage)
+	}
+	// Policy Taint: the device gets a NoSchedule DeviceTaintRule that says
+	// who reported it, when and why.
+	rule := s.waitForTaintRule(node, broken, "created", ruleExists)
+	if a := rule.Annotations; a[drahealth.AnnotationReportedBy] != s.namespace+"/trainer" || a[drahealth.AnnotationMessage] != "ECC error count exceeded" ||
+		a[drahealth.AnnotationNode] != node || a[drahealth.AnnotationReportedAt] == "" ||
+		rule.Labels[drahealth.ManagedByLabel] != drahealth.ManagedBy || rule.Spec.Taint.Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("DeviceTaintRule %s: labels %v, annotations %v, taint %+v", rule.Name, rule.Labels, rule.Annotations, rule.Spec.Taint)
 	}
 	// Allocated devices are never taken away.
 	if got := s.allocatedDevice(s.podClaim(s.getPod("trainer"))).Device; got != broken {
@@ -42,21 +56,14 @@ func TestUnhealthyDeviceIsAvoided(t *testing.T) {
 		d := deviceStatus(rp, broken)
 		return d.State == "Unavailable" && d.Reason == "Unhealthy" && strings.HasPrefix(d.Message, "reported by pod "+s.namespace+"/trainer")
 	})
-	if rp.Status.DeviceHealthPolicy != "Avoid" {
-		t.Errorf("ResourcePool %s: deviceHealthPolicy %q, want the scheduler's, Avoid", pool, rp.Status.DeviceHealthPolicy)
+	if rp.Status.DeviceHealthPolicy != "Taint" {
+		t.Errorf("ResourcePool %s: deviceHealthPolicy %q, want the scheduler's default, Taint", pool, rp.Status.DeviceHealthPolicy)
 	}
-	s.addPod("replacement", schedulerName, fromTemplate("gpu"))
-	if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("replacement"))).Device; got == broken {
-		t.Fatalf("the replacement pod got %s, which kubelet reported Unhealthy", broken)
-	}
+	s.addPodAvoiding("replacement", broken, "after its reporter was deleted")
 
 	// Only the broken device is left: the next pod waits, and says why.
 	s.addPod("third", schedulerName, fromTemplate("gpu"))
-	s.waitForPodUnschedulable("third",
-		"devices withheld because kubelet reported them Unhealthy",
-		driverName+"/"+node+"/"+broken,
-		"reported by pod "+s.namespace+"/trainer at ",
-		"ECC error count exceeded")
+	s.waitForWithheld("third", node, broken, "trainer", "ECC error count exceeded")
 	s.waitForResourcePool(pool, "1 allocated, 1 withheld", summaryIs(2, 1, 0, 1))
 	if got := scrapeGauge(t, "drascope_resourcepool_device_health", map[string]string{"pool": node, "health": "Unhealthy"}); got != 1 {
 		t.Errorf("drascope_resourcepool_device_health{health=Unhealthy} of %s: %v, want 1", node, got)
@@ -79,16 +86,14 @@ func TestUnhealthyDeviceIsAvoided(t *testing.T) {
 	if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("third"))).Device; got != broken {
 		t.Errorf("the waiting pod got %s, want %s, reported Healthy again", got, broken)
 	}
+	s.waitForTaintRule(node, broken, "deleted once the device is Healthy", ruleGone)
 }
 
 // Malformed resource IDs in pod status are ignored and logged once each;
 // they break nothing, and valid entries next to them still count.
 func TestMalformedHealthReportsAreIgnored(t *testing.T) {
 	s := newScenario(t, nil)
-	node := s.addNode("gpus", 2)
-	s.addClaimTemplate("gpu", false)
-	s.addPod("trainer", schedulerName, fromTemplate("gpu"))
-	device := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("trainer"))).Device
+	node, device := s.gpuNodeWithPod("trainer", 2)
 
 	twoParts := v1.ResourceHealth{ResourceID: v1.ResourceID(driverName + "/" + s.namespace + "-gpu"), Health: v1.ResourceHealthStatusUnhealthy}
 	unknownDriver := v1.ResourceHealth{ResourceID: v1.ResourceID("unknown-" + s.namespace + ".example.com/pool/dev-0"), Health: v1.ResourceHealthStatusUnhealthy}
@@ -123,27 +128,223 @@ func TestMalformedHealthReportsAreIgnored(t *testing.T) {
 	s.waitForPodScheduled("next")
 }
 
-// deviceHealth.unhealthyHoldTime: with no new report, an Unhealthy device
-// becomes Unknown when its hold time ends, and the pod waiting for it is
-// retried then, with no API event to trigger it.
-func TestUnhealthyHoldTimeEnds(t *testing.T) {
-	const name = "drascope-short-hold"
-	s, node, port := unhealthyGPU(t, name, "        unhealthyHoldTime: 10s\n")
-	s.addPod("waiting", name, fromTemplate("gpu"))
-	s.waitForPodUnschedulable("waiting", driverName+"/"+node+"/gpu-0", "reported by pod "+s.namespace+"/monitor", "overheating")
-	if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("waiting"))).Device; got != "gpu-0" {
-		t.Errorf("the waiting pod got %s, want gpu-0", got)
+// The batch-job failure: kubelet writes phase Failed and the device
+// Unhealthy in one status update, which the scheduler's pod informer never
+// shows (it lists only pods that have not ended), and the resourceclaim
+// controller releases the claim at once. The report is seen all the same,
+// persisted as a DeviceTaintRule, and survives a scheduler restart: no
+// later pod gets the device, and the one left only that device says why.
+func TestFailedPodsReportSurvivesRestart(t *testing.T) {
+	s := newScenario(t, nil)
+	node, broken := s.gpuNodeWithPod("job", 3)
+
+	s.failWithHealth("job", health(node, broken, v1.ResourceHealthStatusUnhealthy, "Xid 79: GPU has fallen off the bus"))
+	rule := s.waitForTaintRule(node, broken, "created from the failed pod's report", ruleExists)
+	if got := rule.Annotations[drahealth.AnnotationReportedBy]; got != s.namespace+"/job" {
+		t.Errorf("DeviceTaintRule %s names reporter %q, want %s/job", rule.Name, got, s.namespace)
 	}
-	waitForHealthGauge(t, port, node, "Unknown", 1)
+	// The resourceclaim controller deleted the failed pod's claim already.
+	if err := env.client.CoreV1().Pods(s.namespace).Delete(s.ctx, "job", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	s.addPodAvoiding("next", broken, "after the failed pod was deleted")
+
+	restartScheduler(t, func() {})
+	s.addPodAvoiding("after-restart", broken, "after a scheduler restart")
+	s.addPod("last", schedulerName, fromTemplate("gpu"))
+	s.waitForWithheld("last", node, broken, "job", "Xid 79")
+}
+
+// Only a holder is believed: a pod that reports, as Unhealthy, a device
+// none of its claims holds is ignored (counted, and logged once), and a pod
+// needing that device gets it.
+func TestHealthReportsFromNonHoldersAreIgnored(t *testing.T) {
+	s := newScenario(t, nil)
+	node, victimDevice := s.gpuNodeWithPod("victim", 2)
+	s.addPod("liar", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("liar")
+	s.deletePod("victim")
+
+	ignored := map[string]string{"reason": drahealth.IgnoredNotHolder}
+	before := counterAt(t, env.schedulerPort, "drascope_device_health_reports_ignored_total", ignored)
+	offset := schedulerLogLength(t)
+	s.reportHealth("liar", health(node, victimDevice, v1.ResourceHealthStatusUnhealthy, "I say so"))
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		return counterAt(t, env.schedulerPort, "drascope_device_health_reports_ignored_total", ignored) > before, nil
+	})
+	if err != nil {
+		t.Fatalf("drascope_device_health_reports_ignored_total%v did not grow past %v", ignored, before)
+	}
+	s.reportHealth("liar", health(node, victimDevice, v1.ResourceHealthStatusUnhealthy, "I still say so"))
+	s.addPod("needs-it", schedulerName, fromTemplate("gpu"))
+	if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("needs-it"))).Device; got != victimDevice {
+		t.Errorf("pod needs-it got %s, want %s, the only free device", got, victimDevice)
+	}
+	logs := schedulerLogSince(t, offset)
+	if n := strings.Count(logs, "Ignoring device health reports about devices the pod does not hold"); n != 1 {
+		t.Errorf("the untrusted report was logged %d times, want once:\n%s", n, logs)
+	}
+	if !strings.Contains(logs, s.namespace+"/liar") {
+		t.Errorf("the log does not name the pod:\n%s", logs)
+	}
+}
+
+// deviceHealth.unhealthyHoldTime counts from when the last report went
+// away: a pod that keeps reporting a device Unhealthy keeps it withheld
+// past the hold time; once that pod is deleted the device comes back when
+// the hold time has passed, and the pod waiting for it is retried then,
+// with no API event to trigger it.
+func TestUnhealthyHoldTime(t *testing.T) {
+	restartScheduler(t, func() {
+		const name = "drascope-short-hold"
+		const holdTime = 3 * time.Second
+		s, node, port := unhealthyGPU(t, name, "        unhealthyHoldTime: 3s\n")
+		s.addPod("waiting", name, fromTemplate("gpu"))
+		s.waitForPodUnschedulable("waiting", driverName+"/"+node+"/gpu-0", "reported by pod "+s.namespace+"/monitor", "overheating")
+
+		// The monitor keeps reporting it: withheld past the hold time.
+		time.Sleep(2 * holdTime)
+		if pod := s.getPod("waiting"); pod.Spec.NodeName != "" {
+			t.Fatalf("pod waiting was scheduled to %s while the monitor still reports gpu-0 Unhealthy", pod.Spec.NodeName)
+		}
+		waitForHealthGauge(t, port, node, "Unhealthy", 1)
+
+		deleted := time.Now()
+		if err := env.client.CoreV1().Pods(s.namespace).Delete(s.ctx, "monitor", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("waiting"))).Device; got != "gpu-0" {
+			t.Errorf("the waiting pod got %s, want gpu-0", got)
+		}
+		if waited := time.Since(deleted); waited < holdTime {
+			t.Errorf("pod waiting was scheduled %v after the monitor was deleted, before the %v hold time ended", waited, holdTime)
+		}
+	})
+}
+
+// DeviceTaintRules are drascope's only when it wrote them: a rule of the
+// same name without drascope's label is left alone, the shipped admission
+// policy refuses a NoExecute rule or an unlabelled one from drascope's
+// ServiceAccount, and a monitoring pod with admin access (tolerating
+// drascope's taint) still lands on a node whose only GPU is tainted.
+func TestDeviceTaintRulesBelongToDrascope(t *testing.T) {
+	s := newScenario(t, adminNamespaceLabels)
+	node := s.addNode("gpu", 1)
+	s.addMonitor("monitor")
+	s.reportHealth("monitor", health(node, "gpu-0", v1.ResourceHealthStatusUnhealthy, "overheating"))
+	own := s.waitForTaintRule(node, "gpu-0", "created", ruleExists)
+
+	// A second monitor lands on the node, its only GPU tainted.
+	s.addMonitor("monitor-2")
+
+	// The shipped ValidatingAdmissionPolicy, as drascope's ServiceAccount.
+	config, err := clientcmd.BuildConfigFromFlags("", env.schedulerKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asScheduler, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicting := own.DeepCopy()
+	evicting.ObjectMeta = metav1.ObjectMeta{Name: "drascope-evict-" + s.namespace, Labels: own.Labels}
+	evicting.Spec.Taint.Effect = resourceapi.DeviceTaintEffectNoExecute
+	if _, err := asScheduler.ResourceV1().DeviceTaintRules().Create(s.ctx, evicting, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only write DeviceTaintRules whose taint effect is NoSchedule") {
+		t.Errorf("a NoExecute rule from drascope's ServiceAccount: %v, want refused by the admission policy", err)
+	}
+	otherKey := own.DeepCopy()
+	otherKey.ObjectMeta = metav1.ObjectMeta{Name: "drascope-other-key-" + s.namespace, Labels: own.Labels}
+	otherKey.Spec.Taint.Key = "example.com/maintenance"
+	if _, err := asScheduler.ResourceV1().DeviceTaintRules().Create(s.ctx, otherKey, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "taint key drascope.dev/unhealthy") {
+		t.Errorf("a rule with another taint key from drascope's ServiceAccount: %v, want refused by the admission policy", err)
+	}
+	unlabelled := own.DeepCopy()
+	unlabelled.ObjectMeta = metav1.ObjectMeta{Name: "drascope-unlabelled-" + s.namespace}
+	if _, err := asScheduler.ResourceV1().DeviceTaintRules().Create(s.ctx, unlabelled, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "labelled app.kubernetes.io/managed-by=drascope-scheduler") {
+		t.Errorf("an unlabelled rule from drascope's ServiceAccount: %v, want refused by the admission policy", err)
+	}
+
+	// Deleted by hand, the rule comes back; edited to select another
+	// device, it is deleted and the right one written again.
+	if err := env.client.ResourceV1().DeviceTaintRules().Delete(s.ctx, own.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	back := s.waitForTaintRule(node, "gpu-0", "put back after a delete by hand", func(rule *resourceapi.DeviceTaintRule) bool {
+		return ruleExists(rule) && rule.UID != own.UID
+	})
+	edited := back.DeepCopy()
+	edited.Spec.DeviceSelector.Device = ptr.To("gpu-9")
+	if _, err := env.client.ResourceV1().DeviceTaintRules().Update(s.ctx, edited, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitForTaintRule(node, "gpu-0", "rewritten after its selector was edited", func(rule *resourceapi.DeviceTaintRule) bool {
+		return ruleExists(rule) && rule.UID != back.UID && *rule.Spec.DeviceSelector.Device == "gpu-0"
+	})
+
+	// An administrator's rule under the name drascope would use for another
+	// node's GPU, without drascope's label, is left alone when that GPU is
+	// reported Unhealthy.
+	other := s.addNode("other", 1)
+	foreign := &resourceapi.DeviceTaintRule{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        drahealth.RuleName(drahealth.Device{Driver: driverName, Pool: other, Name: "gpu-0"}),
+			Annotations: map[string]string{"owner": "admin"},
+		},
+		Spec: resourceapi.DeviceTaintRuleSpec{
+			DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(driverName), Pool: ptr.To(other), Device: ptr.To("gpu-0")},
+			Taint:          resourceapi.DeviceTaint{Key: "example.com/inventory", Effect: resourceapi.DeviceTaintEffectNone},
+		},
+	}
+	if _, err := env.client.ResourceV1().DeviceTaintRules().Create(s.ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.client.ResourceV1().DeviceTaintRules().Delete(context.Background(), foreign.Name, metav1.DeleteOptions{})
+	})
+	offset := schedulerLogLength(t)
+	s.addMonitor("monitor-other")
+	if node := s.getPod("monitor-other").Spec.NodeName; node != other {
+		// The monitors ask for all GPUs of the node they land on; the
+		// first two took the first node.
+		t.Fatalf("monitor-other landed on %s, want %s", node, other)
+	}
+	s.reportHealth("monitor-other", health(other, "gpu-0", v1.ResourceHealthStatusUnhealthy, "overheating"))
+	err = wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		logs := schedulerLogSince(t, offset)
+		return strings.Contains(logs, "was not written by drascope; leaving it alone") && strings.Contains(logs, foreign.Name), nil
+	})
+	if err != nil {
+		t.Fatalf("the scheduler did not log that it leaves rule %s alone:\n%s", foreign.Name, schedulerLogSince(t, offset))
+	}
+	got, err := env.client.ResourceV1().DeviceTaintRules().Get(s.ctx, foreign.Name, metav1.GetOptions{})
+	if err != nil || got.Spec.Taint.Key != "example.com/inventory" || got.Annotations["owner"] != "admin" || len(got.Labels) != 0 || got.Generation != 1 {
+		t.Errorf("the administrator's rule %s: %+v, %v; want it untouched", foreign.Name, got, err)
+	}
 }
 
 // deviceHealth.policy Ignore allocates as upstream does: a device reported
-// Unhealthy is handed out.
+// Unhealthy is handed out, and no DeviceTaintRule is written.
 func TestDeviceHealthPolicyIgnore(t *testing.T) {
-	const name = "drascope-health-ignore"
-	s, _, _ := unhealthyGPU(t, name, "        policy: Ignore\n")
-	s.addPod("ignorer", name, fromTemplate("gpu"))
-	if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("ignorer"))).Device; got != "gpu-0" {
-		t.Errorf("the pod got %s, want gpu-0", got)
-	}
+	restartScheduler(t, func() {
+		const name = "drascope-health-ignore"
+		s, node, _ := unhealthyGPU(t, name, "        policy: Ignore\n")
+		s.addPod("ignorer", name, fromTemplate("gpu"))
+		if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("ignorer"))).Device; got != "gpu-0" {
+			t.Errorf("the pod got %s, want gpu-0", got)
+		}
+		name0 := drahealth.RuleName(drahealth.Device{Driver: driverName, Pool: node, Name: "gpu-0"})
+		if _, err := env.client.ResourceV1().DeviceTaintRules().Get(s.ctx, name0, metav1.GetOptions{}); !isNotFound(err) {
+			t.Errorf("DeviceTaintRule %s under policy Ignore: %v, want none", name0, err)
+		}
+		// A rule left from policy Taint is deleted: switching the policy
+		// away from Taint must not leave devices tainted for every scheduler.
+		leftover := drahealth.RuleFor(drahealth.Report{
+			Device: drahealth.Device{Driver: driverName, Pool: node, Name: "gpu-0"},
+			Health: v1.ResourceHealthStatusUnhealthy, Pod: s.namespace + "/gone", Since: time.Now(),
+		})
+		if _, err := env.client.ResourceV1().DeviceTaintRules().Create(s.ctx, leftover, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s.waitForTaintRule(node, "gpu-0", "deleted by the scheduler under policy Ignore", ruleGone)
+	})
 }

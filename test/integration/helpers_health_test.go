@@ -16,6 +16,7 @@ import (
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/internal/localcluster"
+	drahealth "github.com/drascope/drascope/pkg/health"
 )
 
 // reportHealth writes device health into the pod's status as kubelet does
@@ -56,6 +57,12 @@ func health(pool, device string, h v1.ResourceHealthStatus, message string) v1.R
 // else may use, including withheld ones.
 func (s *scenario) addMonitor(name string) {
 	s.t.Helper()
+	s.addMonitorBy(name, schedulerName)
+}
+
+// addMonitorBy is addMonitor with the pod placed by another scheduler.
+func (s *scenario) addMonitorBy(name, scheduler string) {
+	s.t.Helper()
 	spec := gpuClaimSpec(true)
 	spec.Devices.Requests[0].Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
 	if _, err := env.client.ResourceV1().ResourceClaims(s.namespace).Create(s.ctx, &resourceapi.ResourceClaim{
@@ -64,8 +71,88 @@ func (s *scenario) addMonitor(name string) {
 	}, metav1.CreateOptions{}); err != nil {
 		s.t.Fatalf("creating ResourceClaim %s/%s: %v", s.namespace, name, err)
 	}
-	s.addPod(name, schedulerName, fromClaim(name))
+	s.addPod(name, scheduler, fromClaim(name))
 	s.waitForPodScheduled(name)
+}
+
+// gpuNodeWithPod adds a node of gpus GPUs, the claim template "gpu", and a
+// pod from it, and returns the node and the device the pod got.
+func (s *scenario) gpuNodeWithPod(pod string, gpus int) (node, device string) {
+	s.t.Helper()
+	node = s.addNode("gpus", gpus)
+	s.addClaimTemplate("gpu", false)
+	s.addPod(pod, schedulerName, fromTemplate("gpu"))
+	return node, s.allocatedDevice(s.podClaim(s.waitForPodScheduled(pod))).Device
+}
+
+// addPodAvoiding adds a pod from template "gpu" and fails the test if it
+// gets the device broken (reported Unhealthy); why says when.
+func (s *scenario) addPodAvoiding(name, broken, why string) {
+	s.t.Helper()
+	s.addPod(name, schedulerName, fromTemplate("gpu"))
+	if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled(name))).Device; got == broken {
+		s.t.Fatalf("%s, pod %s got %s, which kubelet reported Unhealthy", why, name, broken)
+	}
+}
+
+// waitForWithheld waits until pod name is unschedulable with a message
+// naming device of node as withheld, its reporter and kubelet's message.
+func (s *scenario) waitForWithheld(name, node, device, reporter, message string) {
+	s.t.Helper()
+	s.waitForPodUnschedulable(name,
+		"devices withheld because kubelet reported them Unhealthy",
+		driverName+"/"+node+"/"+device,
+		"reported by pod "+s.namespace+"/"+reporter+" at ",
+		message)
+}
+
+// failWithHealth writes a pod's final status as kubelet does when a batch
+// pod's device dies: phase Failed and the device health, in one update.
+func (s *scenario) failWithHealth(podName string, resources ...v1.ResourceHealth) {
+	s.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod := s.getPod(podName)
+		pod.Status.Phase = v1.PodFailed
+		pod.Status.ContainerStatuses = []v1.ContainerStatus{{
+			Name:                     "app",
+			Image:                    "registry.k8s.io/pause:3.10",
+			State:                    v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "CUDA error: unspecified launch failure"}},
+			AllocatedResourcesStatus: []v1.ResourceStatus{{Name: "claim:gpu", Resources: resources}},
+		}}
+		_, err := env.client.CoreV1().Pods(s.namespace).UpdateStatus(s.ctx, pod, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		s.t.Fatalf("writing the final status of pod %s/%s: %v", s.namespace, podName, err)
+	}
+}
+
+// waitForTaintRule waits until the DeviceTaintRule drascope writes for a
+// device satisfies ok.
+func (s *scenario) waitForTaintRule(node, device, want string, ok func(*resourceapi.DeviceTaintRule) bool) *resourceapi.DeviceTaintRule {
+	s.t.Helper()
+	name := drahealth.RuleName(drahealth.Device{Driver: driverName, Pool: node, Name: device})
+	var rule *resourceapi.DeviceTaintRule
+	var lastErr error
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		rule, lastErr = env.client.ResourceV1().DeviceTaintRules().Get(ctx, name, metav1.GetOptions{})
+		return ok(rule), nil
+	})
+	if err != nil {
+		s.t.Fatalf("DeviceTaintRule %s of %s/%s: want %s; last: %+v, %v", name, node, device, want, rule, lastErr)
+	}
+	return rule
+}
+
+// ruleExists and ruleGone are waitForTaintRule conditions.
+func ruleExists(rule *resourceapi.DeviceTaintRule) bool { return rule != nil && rule.Name != "" }
+func ruleGone(rule *resourceapi.DeviceTaintRule) bool   { return rule == nil || rule.Name == "" }
+
+// counterAt reads a counter of the scheduler on port; 0 when it has no
+// series yet.
+func counterAt(t *testing.T, port int, name string, labels map[string]string) float64 {
+	t.Helper()
+	return max(scrapeGaugeAt(t, port, name, labels), 0)
 }
 
 // deletePod deletes a pod and waits until the resourceclaim controller has
@@ -150,16 +237,18 @@ func waitForHealthGauge(t *testing.T, port int, node, health string, n float64) 
 }
 
 // unhealthyGPU starts a scheduler called name with the given deviceHealth
-// args, and a scenario with a node of one GPU that a monitoring pod reports
-// Unhealthy ("overheating"). It returns once that scheduler has the report,
-// with the scenario, the node and the scheduler's port.
+// args, and a scenario with a node of one GPU that a monitoring pod, placed
+// by that scheduler, reports Unhealthy ("overheating"). It returns once the
+// scheduler has the report, with the scenario, the node and its port.
+// Run it while the in-process scheduler is stopped (restartScheduler): its
+// policy Taint would otherwise taint the GPU for every scheduler.
 func unhealthyGPU(t *testing.T, name, deviceHealth string) (*scenario, string, int) {
 	t.Helper()
 	port := startHealthScheduler(t, name, deviceHealth)
 	s := newScenario(t, adminNamespaceLabels)
 	node := s.addNode("gpu", 1)
 	s.addClaimTemplate("gpu", false)
-	s.addMonitor("monitor")
+	s.addMonitorBy("monitor", name)
 	s.reportHealth("monitor", health(node, "gpu-0", v1.ResourceHealthStatusUnhealthy, "overheating"))
 	waitForHealthGauge(t, port, node, "Unhealthy", 1)
 	return s, node, port

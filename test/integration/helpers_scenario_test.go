@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/pkg/drausage"
+	drahealth "github.com/drascope/drascope/pkg/health"
 )
 
 // How long a scenario waits for the scheduler to act. Generous for a loaded
@@ -142,6 +143,12 @@ func gpuClaimSpec(adminAccess bool) resourceapi.ResourceClaimSpec {
 	request := &resourceapi.ExactDeviceRequest{DeviceClassName: deviceClassName}
 	if adminAccess {
 		request.AdminAccess = ptr.To(true)
+		// Monitoring must reach devices drascope taints Unhealthy
+		// (deviceHealth.policy Taint): upstream applies taints to admin
+		// access too.
+		request.Tolerations = []resourceapi.DeviceToleration{{
+			Key: drahealth.TaintKey, Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule,
+		}}
 	}
 	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 		Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: request}},

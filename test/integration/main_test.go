@@ -115,6 +115,7 @@ func setUp(ctx context.Context) error {
 		filepath.Join(crdsDir, "resourcepools.drascope.dev.yaml"),
 		filepath.Join(manifestsDir, "serviceaccount.yaml"),
 		filepath.Join(manifestsDir, "rbac.yaml"),
+		filepath.Join(manifestsDir, "device-taint-rule-policy.yaml"),
 	} {
 		if err := env.cp.ApplyFile(ctx, file); err != nil {
 			return err

@@ -184,7 +184,8 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry) {
 
 // unhealthyDevicesHandedOut counts the devices reported Unhealthy in some
 // pod's status that claims outside the pre-filled "init" namespace were
-// allocated (init claims are allocated by scheduler_perf, not the scheduler).
+// allocated (init claims are allocated by scheduler_perf, not the scheduler),
+// admin access aside.
 func unhealthyDevicesHandedOut(ctx context.Context, client kubernetes.Interface) (int, error) {
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -215,6 +216,9 @@ func unhealthyDevicesHandedOut(ctx context.Context, client kubernetes.Interface)
 			continue
 		}
 		for _, r := range claim.Status.Allocation.Devices.Results {
+			if r.AdminAccess != nil && *r.AdminAccess {
+				continue // observes the device (the monitor reporting it), uses none of it
+			}
 			if unhealthy[r.Driver+"/"+r.Pool+"/"+r.Device] {
 				n++
 			}

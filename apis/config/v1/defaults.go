@@ -45,7 +45,7 @@ func SetDefaults_DRAScopeArgs(obj *DRAScopeArgs) {
 		obj.PoolStatus.MaxWritesPerSecond = ptr.To[int32](DefaultMaxWritesPerSecond)
 	}
 	if obj.DeviceHealth.Policy == "" {
-		obj.DeviceHealth.Policy = DeviceHealthAvoid
+		obj.DeviceHealth.Policy = DeviceHealthTaint
 	}
 	if obj.DeviceHealth.UnhealthyHoldTime == nil {
 		obj.DeviceHealth.UnhealthyHoldTime = &metav1.Duration{Duration: DefaultUnhealthyHoldTime}

@@ -77,15 +77,20 @@ const (
 	DeviceHealthAvoid DeviceHealthPolicy = "Avoid"
 	// DeviceHealthIgnore allocates as upstream does, regardless of health.
 	DeviceHealthIgnore DeviceHealthPolicy = "Ignore"
+	// DeviceHealthTaint is Avoid, and the scheduler leading scheduling also
+	// writes a NoSchedule DeviceTaintRule per Unhealthy device, so that
+	// every scheduler avoids it and a restarted scheduler remembers it.
+	DeviceHealthTaint DeviceHealthPolicy = "Taint"
 )
 
 // DeviceHealthArgs configures health-aware allocation.
 type DeviceHealthArgs struct {
-	// Policy is Avoid (default) or Ignore.
+	// Policy is Taint (default), Avoid or Ignore.
 	// +optional
 	Policy DeviceHealthPolicy `json:"policy,omitempty"`
-	// UnhealthyHoldTime is how long a device stays Unhealthy after its last
-	// Unhealthy report when no Healthy report follows; then it is Unknown,
+	// UnhealthyHoldTime is how long a device stays Unhealthy after the last
+	// pod reporting it Unhealthy is deleted or reports otherwise, when no
+	// Healthy report follows; then it is Unknown,
 	// which scheduling treats as healthy. Default 10m; must be positive.
 	// +optional
 	UnhealthyHoldTime *metav1.Duration `json:"unhealthyHoldTime,omitempty"`

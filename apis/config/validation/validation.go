@@ -44,10 +44,10 @@ func ValidateDRAScopeArgs(path *field.Path, args *config.DRAScopeArgs, fts featu
 			args.PoolStatus.MaxWritesPerSecond, "must be at least 1"))
 	}
 	switch args.DeviceHealth.Policy {
-	case config.DeviceHealthAvoid, config.DeviceHealthIgnore:
+	case config.DeviceHealthTaint, config.DeviceHealthAvoid, config.DeviceHealthIgnore:
 	default:
 		allErrs = append(allErrs, field.NotSupported(path.Child("deviceHealth", "policy"),
-			args.DeviceHealth.Policy, []config.DeviceHealthPolicy{config.DeviceHealthAvoid, config.DeviceHealthIgnore}))
+			args.DeviceHealth.Policy, []config.DeviceHealthPolicy{config.DeviceHealthTaint, config.DeviceHealthAvoid, config.DeviceHealthIgnore}))
 	}
 	if args.DeviceHealth.UnhealthyHoldTime.Duration <= 0 {
 		allErrs = append(allErrs, field.Invalid(path.Child("deviceHealth", "unhealthyHoldTime"),

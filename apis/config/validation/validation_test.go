@@ -72,7 +72,7 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 		"unknown deviceHealth.policy": {
 			args:     config.DRAScopeArgs{DeviceHealth: config.DeviceHealthArgs{Policy: "Evict"}},
 			fts:      allGates,
-			wantErrs: []string{`pluginConfig[DRAScope].args.deviceHealth.policy: Unsupported value: "Evict": supported values: "Avoid", "Ignore"`},
+			wantErrs: []string{`pluginConfig[DRAScope].args.deviceHealth.policy: Unsupported value: "Evict": supported values: "Taint", "Avoid", "Ignore"`},
 		},
 		"zero deviceHealth.unhealthyHoldTime": {
 			args:           config.DRAScopeArgs{DeviceHealth: config.DeviceHealthArgs{Policy: config.DeviceHealthIgnore}},

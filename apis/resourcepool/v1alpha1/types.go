@@ -71,8 +71,10 @@ type ResourcePoolStatus struct {
 	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
 	// DeviceHealthPolicy is what the scheduler does with devices kubelet
 	// reported Unhealthy (its deviceHealth.policy, one per scheduler):
-	// Avoid (they are not handed to new claims, and count as Unavailable
-	// with reason Unhealthy) or Ignore (they are handed out as any other).
+	// Taint (as Avoid, and each is also a NoSchedule DeviceTaintRule every
+	// scheduler obeys), Avoid (they are not handed to new claims, and count
+	// as Unavailable with reason Unhealthy) or Ignore (they are handed out
+	// as any other).
 	// +optional
 	DeviceHealthPolicy string `json:"deviceHealthPolicy,omitempty"`
 	// Devices lists every device of the pool that is not Available or that
@@ -98,7 +100,8 @@ type DeviceStatus struct {
 	// Reason an Unavailable device is: Tainted (a NoSchedule or NoExecute
 	// taint, from its slice or a DeviceTaintRule), CountersExhausted (its
 	// partitionable parent's shared counters are used up) or Unhealthy
-	// (kubelet reported it so and deviceHealthPolicy is Avoid). Empty for
+	// (kubelet reported it so and deviceHealthPolicy is Taint or Avoid;
+	// drascope's own taint is then not reported as Tainted). Empty for
 	// every other state.
 	// +optional
 	Reason string `json:"reason,omitempty"`

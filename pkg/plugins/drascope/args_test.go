@@ -22,7 +22,7 @@ func TestDecodeArgsDefaultsNil(t *testing.T) {
 		BindingTimeout: &metav1.Duration{Duration: 600 * time.Second},
 		AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
 		PoolStatus:     config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5},
-		DeviceHealth:   config.DeviceHealthArgs{Policy: config.DeviceHealthAvoid, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}},
+		DeviceHealth:   config.DeviceHealthArgs{Policy: config.DeviceHealthTaint, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("args (-want +got):\n%s", diff)

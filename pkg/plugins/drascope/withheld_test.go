@@ -8,12 +8,15 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/pkg/health"
 	"github.com/drascope/drascope/pkg/poolcache"
@@ -49,12 +52,23 @@ func deviceID(i int) structured.DeviceID {
 // healthCacheWithUnhealthy returns a health cache in which devices
 // [from, from+n) were reported Unhealthy by running pods.
 func healthCacheWithUnhealthy(logger klog.Logger, from, n int) *health.Cache {
-	c := health.New(health.Options{HoldTime: time.Hour})
+	claims := map[string]*resourceapi.ResourceClaim{}
+	c := health.New(health.Options{HoldTime: time.Hour, Resolver: health.Resolver{
+		Claim: func(namespace, name string) (*resourceapi.ResourceClaim, error) { return claims[name], nil },
+	}})
 	for i := from; i < from+n; i++ {
 		id := deviceID(i)
-		c.ObservePod(logger, nil, &v1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("pod-%d", i)},
-			Spec:       v1.PodSpec{NodeName: id.Pool.String()},
+		name := fmt.Sprintf("pod-%d", i)
+		uid := types.UID(name)
+		claims[name] = &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{
+			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+				{Request: "gpu", Driver: id.Driver.String(), Pool: id.Pool.String(), Device: id.Device.String()},
+			}}},
+			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: uid}},
+		}}
+		c.ObservePod(logger, &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: uid},
+			Spec:       v1.PodSpec{NodeName: id.Pool.String(), ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}}},
 			Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{
 				Name: "ctr",
 				AllocatedResourcesStatus: []v1.ResourceStatus{{Name: "claim:gpu", Resources: []v1.ResourceHealth{{
