@@ -377,6 +377,14 @@ func TestRestoreFromRules(t *testing.T) {
 			t.Errorf("after the failed pod was deleted: %+v, want the hold time started", r)
 		}
 	})
+	t.Run("the named pod reports something else now", func(t *testing.T) {
+		c, clk, w := newTestCache(t)
+		c.Restore(logger, rule)
+		c.ObservePod(logger, w.failed(w.running("job", []Device{gpu0})))
+		if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.Equal(clk.Now().Add(hold)) {
+			t.Errorf("the named pod reports nothing about gpu-0: %+v, want held for a hold time from now", r)
+		}
+	})
 	t.Run("the named pod is gone", func(t *testing.T) {
 		c, clk, _ := newTestCache(t)
 		c.Restore(logger, rule)

@@ -221,6 +221,12 @@ func (c *Cache) ObservePod(logger klog.Logger, pod *v1.Pod) {
 		}
 		changed = c.setReportsLocked(pod.UID, pod.Namespace+"/"+pod.Name, pod.Spec.NodeName, reports, now)
 	}
+	for d := range restored {
+		// The pod a rule names no longer reports the device Unhealthy.
+		if reports[d].health != v1.ResourceHealthStatusUnhealthy && c.dropHolderLocked(d, pod.UID, now) {
+			changed = append(changed, d)
+		}
+	}
 	c.mu.Unlock()
 	if len(untrusted) > 0 {
 		slices.SortFunc(untrusted, func(a, b Device) int { return compareDevices(a, b) })
