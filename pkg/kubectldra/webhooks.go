@@ -148,6 +148,7 @@ type excludeOptions struct {
 	kind              string
 	webhook           string
 	schedulerCritical bool
+	schedulerUser     string
 }
 
 func newWebhooksExcludeCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
@@ -157,7 +158,8 @@ func newWebhooksExcludeCommand(configFlags *genericclioptions.ConfigFlags, strea
 		Short: "Add exclusion rules to a webhook configuration, as CEL matchConditions",
 		Long: `Read exclusion rules in the form of KEP-3693 (excludeResourceRules: a list of
 apiGroups, apiVersions, operations, resources, scope, objectNames and
-namespaces; an empty list matches everything), check them, compile each
+namespaces, and drascope's usernames; an empty list matches everything),
+check them, compile each
 into a matchCondition named drascope-exclude-..., and add them to the
 webhooks of the named configuration. Existing matchConditions are kept; a
 condition already there is not added twice; when a webhook would pass the
@@ -168,7 +170,14 @@ webhook match conditions, and its cost checked against the apiserver's
 budget, before anything is written. The configuration is patched at the
 resourceVersion it was read at, so a concurrent edit makes this fail rather
 than be overwritten. A rule that matches every request, and namespaces with
-scope Cluster, are refused.`,
+scope Cluster, are refused; so is KEP-3693's own example of a blanket
+exclusion, every list "*" with resources ["*"].
+
+Besides the KEP's fields, a rule may name usernames (request.userInfo.username):
+the rules of --scheduler-critical exclude only drascope-scheduler's own
+requests (--scheduler-user), so the same writes by anyone else still reach
+the webhook. Only the matchConditions of the webhooks changed are sent (a
+JSON patch), so fields this client does not know are kept.`,
 		Example: excludeExample,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -180,7 +189,8 @@ scope Cluster, are refused.`,
 		},
 	}
 	cmd.Flags().StringVarP(&o.filename, "filename", "f", "", "File with the exclusion rules (- for standard input).")
-	cmd.Flags().BoolVar(&o.schedulerCritical, "scheduler-critical", false, "Use the built-in rules for drascope-scheduler's own writes (manifests/examples/webhook-exclusions.yaml).")
+	cmd.Flags().BoolVar(&o.schedulerCritical, "scheduler-critical", false, "Use the built-in rules for drascope-scheduler's own writes (manifests/examples/webhook-exclusions.yaml); they exclude only requests by --scheduler-user.")
+	cmd.Flags().StringVar(&o.schedulerUser, "scheduler-user", webhooks.DefaultSchedulerUser, "The user drascope-scheduler authenticates as, for --scheduler-critical.")
 	cmd.Flags().StringVar(&o.config, "config", "", "Name of the ValidatingWebhookConfiguration or MutatingWebhookConfiguration.")
 	cmd.Flags().StringVar(&o.kind, "kind", "", "validating or mutating, when both kinds of configuration have that name.")
 	cmd.Flags().StringVar(&o.webhook, "webhook", "", "Only this webhook of the configuration (default: all of them).")
@@ -195,7 +205,7 @@ func (o *excludeOptions) rules() ([]webhooks.ExclusionRule, string, error) {
 	case o.schedulerCritical && o.filename != "":
 		return nil, "", fmt.Errorf("give either -f or --scheduler-critical, not both")
 	case o.schedulerCritical:
-		return webhooks.SchedulerCriticalRules(), "--scheduler-critical", nil
+		return webhooks.SchedulerCriticalRules(o.schedulerUser), "--scheduler-critical", nil
 	case o.filename == "":
 		return nil, "", fmt.Errorf("give the rules: -f FILENAME, or --scheduler-critical")
 	}
@@ -240,6 +250,8 @@ func (o *excludeOptions) run(ctx context.Context, dryRun cmdutil.DryRunStrategy)
 	}
 	conditions := webhooks.Compile(rules)
 	var changes []string
+	// The resourceVersion read: a concurrent edit fails with a conflict.
+	ops := []jsonPatchOp{{Op: "replace", Path: "/metadata/resourceVersion", Value: target.resourceVersion()}}
 	for i, name := range target.names() {
 		if o.webhook != "" && name != o.webhook {
 			continue
@@ -254,6 +266,12 @@ func (o *excludeOptions) run(ctx context.Context, dryRun cmdutil.DryRunStrategy)
 			return fmt.Errorf("%s from %s: %w", target.describe(), source, errs.ToAggregate())
 		}
 		target.setConditions(i, merged)
+		// Only this webhook's matchConditions, at the index read, and only
+		// if that index still holds this webhook: fields this client does
+		// not know (a newer apiserver's) are never sent back, so never lost.
+		ops = append(ops,
+			jsonPatchOp{Op: "test", Path: fmt.Sprintf("/webhooks/%d/name", i), Value: name},
+			jsonPatchOp{Op: "add", Path: fmt.Sprintf("/webhooks/%d/matchConditions", i), Value: merged})
 		changes = append(changes, fmt.Sprintf("webhook %s: %d match condition(s) added", name, len(merged)-len(existing)))
 	}
 	if len(changes) == 0 && o.webhook != "" {
@@ -264,11 +282,7 @@ func (o *excludeOptions) run(ctx context.Context, dryRun cmdutil.DryRunStrategy)
 	}
 
 	if dryRun != cmdutil.DryRunClient {
-		patch, err := json.Marshal(map[string]any{
-			// The resourceVersion read: a concurrent edit fails with a conflict.
-			"metadata": map[string]any{"resourceVersion": target.resourceVersion()},
-			"webhooks": target.webhooks(),
-		})
+		patch, err := json.Marshal(ops)
 		if err != nil {
 			return err
 		}
@@ -277,7 +291,7 @@ func (o *excludeOptions) run(ctx context.Context, dryRun cmdutil.DryRunStrategy)
 			opts.DryRun = []string{metav1.DryRunAll}
 		}
 		if err := target.patch(ctx, client, patch, opts); err != nil {
-			if apierrors.IsConflict(err) {
+			if apierrors.IsConflict(err) || apierrors.IsInvalid(err) && strings.Contains(err.Error(), "test") {
 				return fmt.Errorf("%s changed while this ran; nothing was written, run it again: %w", target.describe(), err)
 			}
 			return fmt.Errorf("patching %s: %w", target.describe(), err)
@@ -390,20 +404,20 @@ func (c *configuration) setConditions(i int, conditions []admissionregistrationv
 	}
 }
 
-func (c *configuration) webhooks() any {
-	if c.validating != nil {
-		return c.validating.Webhooks
-	}
-	return c.mutating.Webhooks
+// jsonPatchOp is one operation of a JSON patch (RFC 6902).
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
 }
 
-// patch sends a merge patch and keeps the server's answer.
+// patch sends a JSON patch and keeps the server's answer.
 func (c *configuration) patch(ctx context.Context, client kubernetes.Interface, patch []byte, opts metav1.PatchOptions) error {
 	var err error
 	if c.validating != nil {
-		c.validating, err = client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, c.validating.Name, types.MergePatchType, patch, opts)
+		c.validating, err = client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, c.validating.Name, types.JSONPatchType, patch, opts)
 	} else {
-		c.mutating, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, c.mutating.Name, types.MergePatchType, patch, opts)
+		c.mutating, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, c.mutating.Name, types.JSONPatchType, patch, opts)
 	}
 	return err
 }

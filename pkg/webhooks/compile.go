@@ -66,6 +66,9 @@ func Expression(rule ExclusionRule) string {
 	if len(rule.Namespaces) > 0 {
 		terms = append(terms, requestNamespace+" in "+celList(rule.Namespaces))
 	}
+	if len(rule.Usernames) > 0 {
+		terms = append(terms, "request.userInfo.username in "+celList(rule.Usernames))
+	}
 	return "!(" + strings.Join(terms, " && ") + ")"
 }
 

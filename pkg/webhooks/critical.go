@@ -14,20 +14,23 @@ import (
 // (leaderElection.resourceName there). The publisher lease and the
 // ResourcePool API are named where they are defined.
 const (
-	schedulerUser           = "system:serviceaccount:kube-system:drascope-scheduler"
+	// DefaultSchedulerUser is drascope-scheduler's user as manifests/scheduler
+	// deploys it.
+	DefaultSchedulerUser    = "system:serviceaccount:kube-system:drascope-scheduler"
 	schedulerLeaseNamespace = "kube-system"
 	schedulerLease          = "drascope-scheduler"
 )
 
-// SchedulerCriticalRules exclude the writes drascope-scheduler makes for
-// every DRA pod it places, and its background writes, from a webhook:
+// SchedulerCriticalRules exclude the writes drascope-scheduler, as user,
+// makes for every DRA pod it places, and its background writes, from a
+// webhook; the same writes by anyone else still reach it:
 // pod bindings, claim status (allocation and reservation; with granular
 // status authorization the apiserver checks resourceclaims/binding, but
 // the request is still an update of resourceclaims/status), its two leader
 // election leases, events, and ResourcePool objects. manifests/examples/
 // webhook-exclusions.yaml is the same set, commented.
-func SchedulerCriticalRules() []ExclusionRule {
-	return []ExclusionRule{
+func SchedulerCriticalRules(user string) []ExclusionRule {
+	rules := []ExclusionRule{
 		{
 			APIGroups: []string{""}, APIVersions: []string{"v1"},
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
@@ -56,6 +59,10 @@ func SchedulerCriticalRules() []ExclusionRule {
 			Resources: []string{"resourcepools", "resourcepools/status"},
 		},
 	}
+	for i := range rules {
+		rules[i].Usernames = []string{user}
+	}
+	return rules
 }
 
 // SchedulerWrites are examples of the requests drascope-scheduler makes,
@@ -82,7 +89,7 @@ func SchedulerWrites(namespace string) []Request {
 		{Resource: leases, Operation: admissionregistrationv1.Create, Namespace: v1alpha1.PublisherLeaseNamespace, Name: v1alpha1.PublisherLeaseName},
 	}
 	for i := range writes {
-		writes[i].User = schedulerUser
+		writes[i].User = DefaultSchedulerUser
 	}
 	return writes
 }

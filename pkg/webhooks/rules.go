@@ -40,6 +40,10 @@ type ExclusionRule struct {
 	ObjectNames []string `json:"objectNames,omitempty"`
 	// Namespaces of the requests; not allowed with scope Cluster.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// Usernames of the requesting users (request.userInfo.username), a
+	// drascope extension of KEP-3693's rules: an exclusion meant for one
+	// component's writes should not exclude everyone's.
+	Usernames []string `json:"usernames,omitempty"`
 }
 
 // ruleFile is the file form, after the KEP's sample.
@@ -130,6 +134,11 @@ func validateRule(rule ExclusionRule, path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(path.Child("namespaces").Index(i), ns, msg))
 		}
 	}
+	for i, name := range rule.Usernames {
+		if name == "" {
+			errs = append(errs, field.Required(path.Child("usernames").Index(i), "a username, such as system:serviceaccount:kube-system:drascope-scheduler"))
+		}
+	}
 	if len(rule.Namespaces) > 0 && rule.Scope != nil && *rule.Scope == admissionregistrationv1.ClusterScope {
 		errs = append(errs, field.Forbidden(path.Child("namespaces"), "requests for cluster-scoped resources have no namespace; drop namespaces or use scope Namespaced"))
 	}
@@ -171,10 +180,12 @@ func wildcard[T ~string](list []T) bool {
 	return len(list) == 0 || slices.Contains(list, T("*"))
 }
 
-// matchesEverything reports whether a rule excludes every request.
+// matchesEverything reports whether a rule excludes every request, or
+// every request to a resource itself ("*", KEP-3693's own example of the
+// blanket exclusion to refuse): all but subresources is no narrower.
 func matchesEverything(rule ExclusionRule) bool {
 	return wildcard(rule.APIGroups) && wildcard(rule.APIVersions) && wildcard(rule.Operations) &&
-		(len(rule.Resources) == 0 || slices.Contains(rule.Resources, "*/*")) &&
+		(len(rule.Resources) == 0 || slices.Contains(rule.Resources, "*/*") || slices.Contains(rule.Resources, "*")) &&
 		(rule.Scope == nil || *rule.Scope == admissionregistrationv1.AllScopes) &&
-		len(rule.ObjectNames) == 0 && len(rule.Namespaces) == 0
+		len(rule.ObjectNames) == 0 && len(rule.Namespaces) == 0 && len(rule.Usernames) == 0
 }

@@ -23,11 +23,20 @@ func TestValidateRules(t *testing.T) {
 		rules []ExclusionRule
 		want  []string // substrings, one per expected error
 	}{
-		"scheduler-critical set":  {rules: SchedulerCriticalRules()},
-		"no rules":                {rules: nil, want: []string{"excludeResourceRules: Required value"}},
-		"everything, all empty":   {rules: []ExclusionRule{{}}, want: []string{"excludeResourceRules[0]: Invalid value: \"every request\""}},
-		"everything, wildcards":   {rules: []ExclusionRule{{APIGroups: []string{"*"}, Resources: []string{"*/*"}, Scope: ptr.To(admissionregistrationv1.AllScopes)}}, want: []string{"keeps the webhook from ever being called"}},
-		"all resources, not subs": {rules: []ExclusionRule{{Resources: []string{"*"}}}},
+		"scheduler-critical set": {rules: SchedulerCriticalRules(DefaultSchedulerUser)},
+		"no rules":               {rules: nil, want: []string{"excludeResourceRules: Required value"}},
+		"everything, all empty":  {rules: []ExclusionRule{{}}, want: []string{"excludeResourceRules[0]: Invalid value: \"every request\""}},
+		"everything, wildcards":  {rules: []ExclusionRule{{APIGroups: []string{"*"}, Resources: []string{"*/*"}, Scope: ptr.To(admissionregistrationv1.AllScopes)}}, want: []string{"keeps the webhook from ever being called"}},
+		// KEP-3693's own example of the blanket exclusion to refuse.
+		"KEP-3693's blanket example": {
+			rules: []ExclusionRule{{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Operations: []admissionregistrationv1.OperationType{"*"}, Resources: []string{"*"}}},
+			want:  []string{"keeps the webhook from ever being called"},
+		},
+		"all resources, one user": {rules: []ExclusionRule{{Resources: []string{"*"}, Usernames: []string{"system:kube-scheduler"}}}},
+		"empty username": {
+			rules: []ExclusionRule{{Resources: []string{"pods"}, Usernames: []string{""}}},
+			want:  []string{"excludeResourceRules[0].usernames[0]: Required value"},
+		},
 		"namespaces with Cluster scope": {
 			rules: []ExclusionRule{{Resources: []string{"nodes"}, Scope: ptr.To(admissionregistrationv1.ClusterScope), Namespaces: []string{"kube-system"}}},
 			want:  []string{"excludeResourceRules[0].namespaces: Forbidden: requests for cluster-scoped resources have no namespace"},
@@ -149,11 +158,11 @@ func TestSchedulerWritesAreExcludedOrdinaryPodsAreNot(t *testing.T) {
 			t.Fatalf("before exclusion, %s does not reach the webhook: %+v", r, v)
 		}
 	}
-	merged, err := Merge(w.MatchConditions, Compile(SchedulerCriticalRules()))
+	merged, err := Merge(w.MatchConditions, Compile(SchedulerCriticalRules(DefaultSchedulerUser)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := Merge(merged, Compile(SchedulerCriticalRules())); err != nil || len(again) != len(merged) {
+	if again, err := Merge(merged, Compile(SchedulerCriticalRules(DefaultSchedulerUser))); err != nil || len(again) != len(merged) {
 		t.Errorf("excluding twice: %d conditions, %v; want %d and no error", len(again), err, len(merged))
 	}
 	w.MatchConditions = merged
@@ -165,6 +174,14 @@ func TestSchedulerWritesAreExcludedOrdinaryPodsAreNot(t *testing.T) {
 	pod := Request{Resource: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Operation: admissionregistrationv1.Create, Namespace: "team-a", Name: "p", User: "alice"}
 	if v := w.Reaches(ctx, pod); !v.Reaches {
 		t.Errorf("an ordinary pod no longer reaches the webhook: %+v", v)
+	}
+	// The same writes by another user (kube-scheduler binding its pods,
+	// anyone updating claim status) still reach it.
+	for _, r := range SchedulerWrites("team-a") {
+		r.User = "system:kube-scheduler"
+		if v := w.Reaches(ctx, r); !v.Reaches {
+			t.Errorf("after exclusion, %s by %s does not reach the webhook: %+v", r, r.User, v)
+		}
 	}
 	otherLease := Request{Resource: schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}, Operation: admissionregistrationv1.Update, Namespace: "kube-system", Name: "kube-scheduler"}
 	if v := w.Reaches(ctx, otherLease); !v.Reaches {
@@ -181,7 +198,7 @@ func TestMergeStaysWithinTheLimit(t *testing.T) {
 	for i := range 62 {
 		existing = append(existing, admissionregistrationv1.MatchCondition{Name: "c" + string(rune('a'+i%26)) + string(rune('a'+i/26)), Expression: "true"})
 	}
-	conditions := Compile(SchedulerCriticalRules())
+	conditions := Compile(SchedulerCriticalRules(DefaultSchedulerUser))
 	merged, err := Merge(existing, conditions)
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +206,7 @@ func TestMergeStaysWithinTheLimit(t *testing.T) {
 	if len(merged) != 63 || !strings.HasPrefix(merged[62].Name, ConditionPrefix+"merged-5-rules-") {
 		t.Fatalf("%d conditions, last %q; want 63, the 5 rules merged into one", len(merged), merged[62].Name)
 	}
-	if errs := Check(merged[62:], SchedulerCriticalRules(), field.NewPath("matchConditions"), 62); len(errs) > 0 {
+	if errs := Check(merged[62:], SchedulerCriticalRules(DefaultSchedulerUser), field.NewPath("matchConditions"), 62); len(errs) > 0 {
 		t.Errorf("the merged condition: %v", errs)
 	}
 	full := append(existing, admissionregistrationv1.MatchCondition{Name: "x", Expression: "true"}, admissionregistrationv1.MatchCondition{Name: "y", Expression: "true"})
@@ -245,7 +262,7 @@ func TestExampleIsTheSchedulerCriticalSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(SchedulerCriticalRules(), got); diff != "" {
+	if diff := cmp.Diff(SchedulerCriticalRules(DefaultSchedulerUser), got); diff != "" {
 		t.Errorf("manifests/examples/webhook-exclusions.yaml differs from SchedulerCriticalRules (-built-in +file):\n%s", diff)
 	}
 }

@@ -11,8 +11,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -238,14 +236,7 @@ func TestDeviceTaintRulesBelongToDrascope(t *testing.T) {
 	s.addMonitor("monitor-2")
 
 	// The shipped ValidatingAdmissionPolicy, as drascope's ServiceAccount.
-	config, err := clientcmd.BuildConfigFromFlags("", env.schedulerKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	asScheduler, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	asScheduler := asScheduler(t)
 	evicting := own.DeepCopy()
 	evicting.ObjectMeta = metav1.ObjectMeta{Name: "drascope-evict-" + s.namespace, Labels: own.Labels}
 	evicting.Spec.Taint.Effect = resourceapi.DeviceTaintEffectNoExecute
@@ -309,7 +300,7 @@ func TestDeviceTaintRulesBelongToDrascope(t *testing.T) {
 		t.Fatalf("monitor-other landed on %s, want %s", node, other)
 	}
 	s.reportHealth("monitor-other", health(other, "gpu-0", v1.ResourceHealthStatusUnhealthy, "overheating"))
-	err = wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
 		logs := schedulerLogSince(t, offset)
 		return strings.Contains(logs, "was not written by drascope; leaving it alone") && strings.Contains(logs, foreign.Name), nil
 	})

@@ -18,6 +18,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 )
@@ -138,20 +140,42 @@ func (s *scenario) addCountingWebhookConfig(w *countingWebhook, name string, con
 	})
 }
 
-// probeBinding creates a pod no scheduler takes and binds it to node by
-// hand, and says whether the webhook saw the binding: the apiserver loads
-// webhook configurations asynchronously, and this is how a test knows which
-// version it uses.
+// probeBinding creates a pod no scheduler takes and binds it to node as
+// drascope-scheduler's ServiceAccount (the exclusions of
+// --scheduler-critical are its own), and reports whether the binding
+// reached the webhook: the apiserver loads webhook configurations
+// asynchronously, and this is how a test knows which version it uses.
 func (s *scenario) probeBinding(w *countingWebhook, node string) bool {
+	s.t.Helper()
+	return s.probeBindingAs(w, node, asScheduler(s.t))
+}
+
+// probeBindingAs is probeBinding by another client.
+func (s *scenario) probeBindingAs(w *countingWebhook, node string, client kubernetes.Interface) bool {
 	s.t.Helper()
 	name := fmt.Sprintf("probe-%d", time.Now().UnixNano())
 	before := w.count("CREATE pods/binding")
 	s.addPlainPod(name)
 	binding := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name}, Target: v1.ObjectReference{Kind: "Node", Name: node}}
-	if err := env.client.CoreV1().Pods(s.namespace).Bind(s.ctx, binding, metav1.CreateOptions{}); err != nil {
+	if err := client.CoreV1().Pods(s.namespace).Bind(s.ctx, binding, metav1.CreateOptions{}); err != nil {
 		s.t.Fatalf("binding probe pod: %v", err)
 	}
 	return w.count("CREATE pods/binding") > before
+}
+
+// asScheduler is a client that authenticates as drascope-scheduler's
+// ServiceAccount, with the shipped RBAC.
+func asScheduler(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	config, err := clientcmd.BuildConfigFromFlags("", env.schedulerKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }
 
 // addPlainPod creates a pod without claims that no scheduler takes.

@@ -65,6 +65,11 @@ func TestWebhookExclusion(t *testing.T) {
 		t.Errorf("exclude printed %q, want %q", out, want)
 	}
 	s.waitForWebhookConfig(hook, node, false)
+	// The exclusions are drascope-scheduler's only: the same write by
+	// anyone else still reaches the webhook.
+	if !s.probeBindingAs(hook, node, env.client) {
+		t.Errorf("after exclude --scheduler-critical, a binding by an administrator no longer reaches the webhook")
+	}
 	hook.take()
 
 	s.addPod("after", schedulerName, fromTemplate("gpu"))

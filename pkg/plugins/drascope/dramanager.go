@@ -95,13 +95,30 @@ func (t *claimTracker) GatherAllocatedState() (*structured.AllocatedState, error
 	return state, err
 }
 
+// SignalClaimPendingAllocation reports the pending allocation upstream
+// recorded, and only when it recorded one: for a claim its assume cache already has
+// allocated, upstream succeeds without an in-flight entry (and a later
+// MaybeRemoveClaimPendingAllocation removes nothing), and the side cache
+// would show the device this cycle picked, for the claim's whole life,
+// while the one the claim holds showed free.
 func (t *claimTracker) SignalClaimPendingAllocation(uid types.UID, allocated *resourceapi.ResourceClaim) error {
 	if err := t.ResourceClaimTracker.SignalClaimPendingAllocation(uid, allocated); err != nil {
 		return err
 	}
-	if t.observer != nil {
-		t.observer.PendingAllocation(allocated)
+	if t.observer == nil {
+		return nil
 	}
+	recorded := t.ResourceClaimTracker.GetPendingAllocation(uid)
+	if recorded == nil {
+		return nil
+	}
+	if recorded != allocated.Status.Allocation {
+		// A share of an allocation already in flight: upstream keeps the
+		// first one, and so must what the side cache shows.
+		allocated = allocated.DeepCopy()
+		allocated.Status.Allocation = recorded
+	}
+	t.observer.PendingAllocation(allocated)
 	return nil
 }
 

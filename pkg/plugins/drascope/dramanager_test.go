@@ -17,10 +17,25 @@ type innerTracker struct {
 	fwk.ResourceClaimTracker
 	err     error
 	removed bool
+	// unrecorded: SignalClaimPendingAllocation succeeds without an
+	// in-flight entry, as upstream's does for a claim the assume cache
+	// already has allocated.
+	unrecorded bool
+	// inFlight is the allocation in flight once signalled.
+	inFlight *resourceapi.AllocationResult
 }
 
-func (t *innerTracker) SignalClaimPendingAllocation(types.UID, *resourceapi.ResourceClaim) error {
+func (t *innerTracker) SignalClaimPendingAllocation(_ types.UID, claim *resourceapi.ResourceClaim) error {
+	if t.inFlight == nil {
+		t.inFlight = claim.Status.Allocation
+	}
 	return t.err
+}
+func (t *innerTracker) GetPendingAllocation(types.UID) *resourceapi.AllocationResult {
+	if t.err != nil || t.unrecorded {
+		return nil
+	}
+	return t.inFlight
 }
 func (t *innerTracker) MaybeRemoveClaimPendingAllocation(types.UID, bool) bool { return t.removed }
 func (t *innerTracker) AssumeClaimAfterAPICall(*resourceapi.ResourceClaim) error {
@@ -36,10 +51,14 @@ type innerManager struct {
 func (m *innerManager) ResourceClaims() fwk.ResourceClaimTracker { return m.claims }
 
 // recorder is an InFlightObserver that writes down what it was told.
-type recorder struct{ calls []string }
+type recorder struct {
+	calls       []string
+	allocations []*resourceapi.AllocationResult
+}
 
 func (r *recorder) PendingAllocation(c *resourceapi.ResourceClaim) {
 	r.calls = append(r.calls, "pending "+c.Name)
+	r.allocations = append(r.allocations, c.Status.Allocation)
 }
 func (r *recorder) PendingAllocationRemoved(uid types.UID) {
 	r.calls = append(r.calls, "removed "+string(uid))
@@ -52,11 +71,15 @@ func (r *recorder) AssumeRestored(ns, name string) {
 }
 
 func TestDRAManagerReportsInFlightAllocations(t *testing.T) {
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c"}}
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c"},
+		Status:     resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}},
+	}
 	tests := map[string]struct {
-		err     error
-		removed bool
-		want    []string
+		err        error
+		removed    bool
+		unrecorded bool
+		want       []string
 	}{
 		"the scheduler's tracker accepts every change": {
 			removed: true,
@@ -66,10 +89,17 @@ func TestDRAManagerReportsInFlightAllocations(t *testing.T) {
 			err:  errors.New("conflict"),
 			want: []string{"restored ns/c"},
 		},
+		// Upstream creates no in-flight entry for a claim the assume cache
+		// has allocated already; reporting one would leave the side cache
+		// showing the device drascope would have picked, for good.
+		"a pending allocation upstream did not record is not reported": {
+			unrecorded: true,
+			want:       []string{"assumed c", "restored ns/c"},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			inner := &innerTracker{err: tc.err, removed: tc.removed}
+			inner := &innerTracker{err: tc.err, removed: tc.removed, unrecorded: tc.unrecorded}
 			observer := &recorder{}
 			claims := newDRAManager(&innerManager{claims: inner}, observer, nil).ResourceClaims()
 
@@ -87,5 +117,25 @@ func TestDRAManagerReportsInFlightAllocations(t *testing.T) {
 				t.Errorf("observer calls (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A second pod sharing a claim whose allocation is in flight signals its own
+// allocation; upstream keeps the first, and the observer is told that one.
+func TestDRAManagerReportsTheAllocationUpstreamKeeps(t *testing.T) {
+	first := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Device: "gpu-0"}}}}
+	second := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Device: "gpu-1"}}}}
+	claim := func(a *resourceapi.AllocationResult) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared", UID: "uid-s"}, Status: resourceapi.ResourceClaimStatus{Allocation: a}}
+	}
+	observer := &recorder{}
+	claims := newDRAManager(&innerManager{claims: &innerTracker{}}, observer, nil).ResourceClaims()
+	for _, a := range []*resourceapi.AllocationResult{first, second} {
+		if err := claims.SignalClaimPendingAllocation("uid-s", claim(a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(observer.allocations) != 2 || observer.allocations[0] != first || observer.allocations[1] != first {
+		t.Errorf("observer told %v, want the first allocation twice", observer.allocations)
 	}
 }
