@@ -242,11 +242,7 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	}
 
 	var publisher *poolpublisher.Publisher
-	var identity string
 	if args.PoolStatus.PublishResourcePools {
-		if identity, err = poolpublisher.LeaseIdentity(); err != nil {
-			return err
-		}
 		// The scheduler's client config asks for protobuf, which a
 		// custom resource does not speak.
 		config := restclient.CopyConfig(h.KubeConfig())
@@ -275,7 +271,20 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	r.goroutines.Go(func() { r.pools.Run(ctx) })
 	r.goroutines.Go(func() { r.health.Run(ctx) })
 	if publisher != nil {
-		r.goroutines.Go(func() { poolpublisher.RunWhileLeading(ctx, h.ClientSet(), identity, publisher.Run) })
+		// The process leading scheduling publishes: its in-flight view is
+		// the authoritative one, a new leader publishes as soon as it
+		// schedules, and a standby (which under delayCacheUntilActive has no
+		// informers) never does. kube-scheduler exits when it stops
+		// leading, so there is one term per process.
+		r.goroutines.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.leadership.Leading():
+			}
+			logger.Info("Publishing ResourcePools: this replica leads scheduling")
+			publisher.Run(ctx)
+		})
 	} else {
 		logger.Info("Not publishing ResourcePool objects: poolStatus.publishResourcePools is false")
 	}

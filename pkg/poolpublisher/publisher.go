@@ -1,6 +1,6 @@
 // Package poolpublisher writes ResourcePool objects (drascope.dev/v1alpha1)
-// from the pool side cache: one per pool, only from the replica that holds
-// the publisher lease, only when the status changed, at most once per
+// from the pool side cache: one per pool, only from the replica that leads
+// scheduling (the caller decides; see pkg/draruntime), only when the status changed, at most once per
 // minimum interval per pool, with backoff on errors. While publishing it
 // watches the objects it writes, so one deleted or edited by hand is put
 // back as soon as the minimum interval allows.

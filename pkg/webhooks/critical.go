@@ -3,16 +3,15 @@ package webhooks
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 )
 
 // The names drascope-scheduler writes under as manifests/scheduler deploys
-// it: its ServiceAccount, and the scheduler's own leader election lease
-// (leaderElection.resourceName there). The publisher lease and the
-// ResourcePool API are named where they are defined.
+// it: its ServiceAccount, and its leader election lease
+// (leaderElection.resourceName there), which also decides who publishes
+// ResourcePools. The ResourcePool API is named where it is defined.
 const (
 	// DefaultSchedulerUser is drascope-scheduler's user as manifests/scheduler
 	// deploys it.
@@ -26,8 +25,8 @@ const (
 // webhook; the same writes by anyone else still reach it:
 // pod bindings, claim status (allocation and reservation; with granular
 // status authorization the apiserver checks resourceclaims/binding, but
-// the request is still an update of resourceclaims/status), its two leader
-// election leases, events, and ResourcePool objects. manifests/examples/
+// the request is still an update of resourceclaims/status), its leader
+// election lease, events, and ResourcePool objects. manifests/examples/
 // webhook-exclusions.yaml is the same set, commented.
 func SchedulerCriticalRules(user string) []ExclusionRule {
 	rules := []ExclusionRule{
@@ -46,8 +45,8 @@ func SchedulerCriticalRules(user string) []ExclusionRule {
 			Operations:  []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 			Resources:   []string{"leases"},
 			Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
-			Namespaces:  sets.List(sets.New(schedulerLeaseNamespace, v1alpha1.PublisherLeaseNamespace)),
-			ObjectNames: []string{schedulerLease, v1alpha1.PublisherLeaseName},
+			Namespaces:  []string{schedulerLeaseNamespace},
+			ObjectNames: []string{schedulerLease},
 		},
 		{
 			APIGroups: []string{"", "events.k8s.io"}, APIVersions: []string{"v1"},
@@ -78,7 +77,6 @@ func SchedulerWrites(namespace string) []Request {
 		{Resource: schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}, SubResource: "status",
 			Operation: admissionregistrationv1.Update, Namespace: namespace, Name: "claim"},
 		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: schedulerLeaseNamespace, Name: schedulerLease},
-		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: v1alpha1.PublisherLeaseNamespace, Name: v1alpha1.PublisherLeaseName},
 		{Resource: schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}, Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
 		{Resource: core("events"), Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
 		{Resource: pools, SubResource: "status", Operation: admissionregistrationv1.Update, Name: "resourcepool"},
@@ -86,7 +84,7 @@ func SchedulerWrites(namespace string) []Request {
 		// Pools that are gone, and second objects for one pool.
 		{Resource: pools, Operation: admissionregistrationv1.Delete, Name: "resourcepool"},
 		// A lease is created by the first replica that ever takes it.
-		{Resource: leases, Operation: admissionregistrationv1.Create, Namespace: v1alpha1.PublisherLeaseNamespace, Name: v1alpha1.PublisherLeaseName},
+		{Resource: leases, Operation: admissionregistrationv1.Create, Namespace: schedulerLeaseNamespace, Name: schedulerLease},
 	}
 	for i := range writes {
 		writes[i].User = DefaultSchedulerUser

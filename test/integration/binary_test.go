@@ -78,7 +78,8 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 // emulated version 1.35), admin access is refused and the pod stays pending
 // with a message naming the claim, the request and the gate. The binary runs
 // as deployed: shipped config (under its own profile name), leader election
-// on the shipped lease, the manifests' RBAC.
+// on the shipped lease, the manifests' RBAC; as leader it also publishes
+// ResourcePools.
 func TestSchedulerBinaryAdminAccessGateOff(t *testing.T) {
 	const gateOffScheduler = "drascope-gate-off"
 	config, err := writeTempConfig("gate-off",
@@ -90,52 +91,61 @@ func TestSchedulerBinaryAdminAccessGateOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := localcluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := startSchedulerBinary("drascope-scheduler-gate-off",
-		"--config="+config,
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(env.cp.Dir, "gate-off-certs"),
-		"--authentication-kubeconfig="+env.schedulerKubeconfig,
-		"--authorization-kubeconfig="+env.schedulerKubeconfig,
-		"--emulated-version=1.35", "--feature-gates=DRAAdminAccess=false",
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		b.stop()
-		if t.Failed() {
-			t.Logf("drascope-scheduler output (last lines):\n%s", tail(b.output(), 60))
+	// The in-process scheduler (leader election off) is stopped meanwhile:
+	// this binary, elected on the shipped lease, is the only one that
+	// schedules, publishes ResourcePools and writes.
+	restartScheduler(t, func() {
+		port, err := localcluster.FreePort()
+		if err != nil {
+			t.Fatal(err)
 		}
+		b, err := startSchedulerBinary("drascope-scheduler-gate-off",
+			"--config="+config,
+			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+			"--cert-dir="+filepath.Join(env.cp.Dir, "gate-off-certs"),
+			"--authentication-kubeconfig="+env.schedulerKubeconfig,
+			"--authorization-kubeconfig="+env.schedulerKubeconfig,
+			"--emulated-version=1.35", "--feature-gates=DRAAdminAccess=false",
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			b.stop()
+			if t.Failed() {
+				t.Logf("drascope-scheduler output (last lines):\n%s", tail(b.output(), 60))
+			}
+		})
+
+		s := newScenario(t, adminNamespaceLabels)
+		node := s.addNode("gpus", 2)
+		s.addClaimTemplate("gpu", false)
+		s.addClaimTemplate("gpu-admin", true)
+
+		// An ordinary pod lands: the binary took the lease and schedules.
+		s.addPod("worker", gateOffScheduler, fromTemplate("gpu"))
+		s.waitForPodScheduled("worker")
+		lease, err := env.client.CoordinationV1().Leases(schedulerNamespace).Get(s.ctx, schedulerName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("leader election lease %s/%s: %v", schedulerNamespace, schedulerName, err)
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			t.Errorf("lease %s/%s has no holder", schedulerNamespace, schedulerName)
+		}
+		// The leader publishes ResourcePools: publishing follows the
+		// scheduler's leader election, which the binary wraps.
+		s.waitForResourcePool(poolObjectName(t, node), "published by the leading binary", summaryIs(2, 1, 1, 0))
+
+		s.addPod("monitor", gateOffScheduler, fromTemplate("gpu-admin"))
+		pod := s.waitForPodUnschedulable("monitor",
+			"request gpu: admin access is requested, but the DRAAdminAccess feature gate is disabled")
+		claim := s.podClaim(pod)
+		if c := scheduledCondition(pod); !strings.Contains(c.Message, "claim "+s.namespace+"/"+claim.Name+",") {
+			t.Errorf("message does not name the claim %s/%s: %s", s.namespace, claim.Name, c.Message)
+		}
+		if claim.Status.Allocation != nil {
+			t.Errorf("refused claim %s was allocated: %+v", claim.Name, claim.Status.Allocation)
+		}
+		b.stop()
 	})
-
-	s := newScenario(t, adminNamespaceLabels)
-	s.addNode("gpus", 2)
-	s.addClaimTemplate("gpu", false)
-	s.addClaimTemplate("gpu-admin", true)
-
-	// An ordinary pod lands: the binary took the lease and schedules.
-	s.addPod("worker", gateOffScheduler, fromTemplate("gpu"))
-	s.waitForPodScheduled("worker")
-	lease, err := env.client.CoordinationV1().Leases(schedulerNamespace).Get(s.ctx, schedulerName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("leader election lease %s/%s: %v", schedulerNamespace, schedulerName, err)
-	}
-	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
-		t.Errorf("lease %s/%s has no holder", schedulerNamespace, schedulerName)
-	}
-
-	s.addPod("monitor", gateOffScheduler, fromTemplate("gpu-admin"))
-	pod := s.waitForPodUnschedulable("monitor",
-		"request gpu: admin access is requested, but the DRAAdminAccess feature gate is disabled")
-	claim := s.podClaim(pod)
-	if c := scheduledCondition(pod); !strings.Contains(c.Message, "claim "+s.namespace+"/"+claim.Name+",") {
-		t.Errorf("message does not name the claim %s/%s: %s", s.namespace, claim.Name, c.Message)
-	}
-	if claim.Status.Allocation != nil {
-		t.Errorf("refused claim %s was allocated: %+v", claim.Name, claim.Status.Allocation)
-	}
 }

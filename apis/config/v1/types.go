@@ -50,7 +50,7 @@ type AdminAccessArgs struct {
 // PoolStatusArgs configures how pool availability is reported.
 type PoolStatusArgs struct {
 	// PublishResourcePools writes a ResourcePool object (drascope.dev/v1alpha1)
-	// per pool, from the replica that holds the publisher lease. Default true.
+	// per pool, from the replica leading scheduling. Default true.
 	// +optional
 	PublishResourcePools *bool `json:"publishResourcePools,omitempty"`
 	// MinPublishInterval is the least time between two writes of one

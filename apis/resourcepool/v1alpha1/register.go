@@ -12,14 +12,6 @@ const GroupName = "drascope.dev"
 // SchemeGroupVersion is drascope.dev/v1alpha1.
 var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
 
-// The lease on which drascope-scheduler replicas elect the one that writes
-// ResourcePools. RBAC (manifests/scheduler/rbac.yaml) and webhook exclusion
-// rules name it.
-const (
-	PublisherLeaseNamespace = "kube-system"
-	PublisherLeaseName      = "drascope-resourcepool-publisher"
-)
-
 // ResourcePools is the resourcepools resource of this version.
 var ResourcePools = SchemeGroupVersion.WithResource("resourcepools")
 
