@@ -206,7 +206,10 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	if _, err := pods.AddEventHandler(r.waiting.handlers()); err != nil {
 		return fmt.Errorf("pods waiting for a withheld device: %w", err)
 	}
-	terminal := health.NewTerminalPodInformer(h.ClientSet())
+	terminal, err := health.NewTerminalPodInformer(h.ClientSet())
+	if err != nil {
+		return err
+	}
 	r.goroutines.Go(func() { terminal.RunWithContext(ctx) })
 	var persisted cache.SharedIndexInformer
 	if persist {
@@ -215,17 +218,10 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	r.goroutines.Go(func() { r.followHealth(ctx, persisted, claimInformer, pods, terminal) })
 	if writer != nil {
 		r.goroutines.Go(func() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.leadership.Leading():
-			}
 			// Until the cache holds what the rules persist, it would
 			// delete them all.
-			select {
-			case <-ctx.Done():
+			if !closedBefore(ctx, r.leadership.Leading()) || !closedBefore(ctx, r.healthRestored) {
 				return
-			case <-r.healthRestored:
 			}
 			if persist {
 				// What the previous leader persisted and this process
@@ -277,10 +273,8 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		// informers) never does. kube-scheduler exits when it stops
 		// leading, so there is one term per process.
 		r.goroutines.Go(func() {
-			select {
-			case <-ctx.Done():
+			if !closedBefore(ctx, r.leadership.Leading()) {
 				return
-			case <-r.leadership.Leading():
 			}
 			logger.Info("Publishing ResourcePools: this replica leads scheduling")
 			publisher.Run(ctx)
@@ -295,6 +289,17 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		"deviceHealthPolicy", args.DeviceHealth.Policy,
 		"unhealthyHoldTime", args.DeviceHealth.UnhealthyHoldTime.Duration)
 	return nil
+}
+
+// closedBefore waits until ch is closed, and reports whether that happened
+// before ctx ended.
+func closedBefore(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-ch:
+		return true
+	}
 }
 
 // Wait returns once every goroutine the runtime started has ended, which

@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -27,7 +28,7 @@ var terminalPhases = fields.AndSelectors(
 // pod informer never sees it (it gets a delete carrying the previous
 // status). Only what health needs is kept of each pod, so a cluster that
 // keeps many finished pods pays a few hundred bytes for each.
-func NewTerminalPodInformer(client kubernetes.Interface) cache.SharedIndexInformer {
+func NewTerminalPodInformer(client kubernetes.Interface) (cache.SharedIndexInformer, error) {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 			options.FieldSelector = terminalPhases
@@ -40,10 +41,9 @@ func NewTerminalPodInformer(client kubernetes.Interface) cache.SharedIndexInform
 	}
 	informer := cache.NewSharedIndexInformer(lw, &v1.Pod{}, 0, cache.Indexers{})
 	if err := informer.SetTransform(slimTerminalPod); err != nil {
-		// Only fails once the informer has started, which it has not.
-		panic(err)
+		return nil, fmt.Errorf("informer of finished pods: %w", err)
 	}
-	return informer
+	return informer, nil
 }
 
 // slimTerminalPod keeps what ObservePod and the trust check read.
