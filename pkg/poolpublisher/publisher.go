@@ -106,6 +106,9 @@ type term struct {
 	conflicts map[drausage.PoolID]sets.Set[string]
 	// unpublishedSince: the oldest change of each pool not yet written.
 	unpublishedSince map[drausage.PoolID]time.Time
+	// crdGone is set when a write found the CRD no longer served: the term
+	// ends, and Run goes back to waiting for it.
+	crdGone bool
 }
 
 // byPool indexes ResourcePools by the pool their spec names.
@@ -152,13 +155,24 @@ func New(source Source, client versioned.Interface, opts Options) *Publisher {
 	return p
 }
 
-// crdCheckInterval is how often a publisher without the CRD looks again.
-const crdCheckInterval = 30 * time.Second
+// crdCheckInterval is how often a publisher without the CRD looks again:
+// one cheap List (a 404 while the CRD is missing) every 5s, so that pools
+// are published within seconds of the CRD being installed.
+const crdCheckInterval = 5 * time.Second
 
-// Run publishes until ctx ends. Call it only while holding the publisher
-// lease; it may be called again for a later term. Without the CRD installed
-// it logs one warning, looks again every 30s, and never disturbs scheduling.
+// Run publishes until ctx ends. Call it only in the process that leads
+// scheduling; it may be called again for a later term. Without the CRD
+// installed it logs one warning, looks again every 5s, and never disturbs
+// scheduling; a CRD deleted while publishing sends it back to that.
 func (p *Publisher) Run(ctx context.Context) {
+	for p.runTerm(ctx) && ctx.Err() == nil {
+		klog.FromContext(ctx).Info("Warning: the ResourcePool CRD (resourcepools.drascope.dev) was deleted; not publishing pool status until it is installed again")
+	}
+}
+
+// runTerm waits for the CRD and publishes until ctx ends or the CRD goes
+// away; it reports the latter.
+func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 	logger := klog.FromContext(ctx)
 	warned := false
 	err := wait.PollUntilContextCancel(ctx, crdCheckInterval, true, func(ctx context.Context) (bool, error) {
@@ -177,7 +191,7 @@ func (p *Publisher) Run(ctx context.Context) {
 		return false, nil
 	})
 	if err != nil {
-		return
+		return false
 	}
 
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -200,7 +214,7 @@ func (p *Publisher) Run(ctx context.Context) {
 		return nil, nil
 	}}); err != nil {
 		logger.Error(err, "Indexing ResourcePools; not publishing in this term")
-		return
+		return false
 	}
 	t := &term{
 		queue:            queue,
@@ -213,11 +227,11 @@ func (p *Publisher) Run(ctx context.Context) {
 	}
 	if _, err := informer.AddEventHandler(p.watchHandler(t)); err != nil {
 		logger.Error(err, "Watching ResourcePools; not publishing in this term")
-		return
+		return false
 	}
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		return
+		return false
 	}
 	p.mu.Lock()
 	p.term = t
@@ -254,6 +268,7 @@ func (p *Publisher) Run(ctx context.Context) {
 	}()
 	for p.processNext(ctx, t) {
 	}
+	return t.crdGone
 }
 
 // watchHandler queues the pool of every ResourcePool the informer sees
@@ -309,6 +324,11 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	err := p.sync(ctx, t, id)
 	if p.opts.Observe != nil {
 		p.opts.Observe(p.clock.Since(start), err)
+	}
+	if v1alpha1.IsNotServed(err) {
+		// Every write would fail the same way until the CRD is back.
+		t.crdGone = true
+		return false
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Publishing ResourcePool; will retry with backoff", "driver", id.Driver, "pool", id.Pool)

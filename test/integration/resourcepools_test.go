@@ -471,3 +471,60 @@ func TestResourcePoolRepairedAfterHandEdits(t *testing.T) {
 		return rp.UID == back.UID && summaryIs(2, 0, 2, 0)(rp)
 	})
 }
+
+// The CRD deleted while the scheduler publishes: every write would fail the
+// same way, so the publisher goes back to waiting for the CRD (and says
+// so), scheduling goes on, and once the CRD is back the pools are published
+// again, without a restart. The test logs how long that took.
+func TestPublishingResumesWhenTheCRDIsBack(t *testing.T) {
+	crds, err := apiextensionsclient.NewForConfig(env.cp.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const crdName = "resourcepools.drascope.dev"
+	install := func() error {
+		return env.cp.ApplyFile(context.Background(), filepath.Join(crdsDir, "resourcepools.drascope.dev.yaml"))
+	}
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 2)
+	s.addClaimTemplate("gpu", false)
+	s.addPod("before", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("before")
+	s.waitForResourcePool(poolObjectName(t, node), "published", summaryIs(2, 1, 1, 0))
+
+	logBefore := schedulerLogLength(t)
+	if err := crds.ApiextensionsV1().CustomResourceDefinitions().Delete(s.ctx, crdName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(context.Background(), crdName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			if err := install(); err != nil {
+				t.Errorf("reinstalling the CRD: %v", err)
+			}
+		}
+	})
+	err = wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		_, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("CRD %s was not deleted", crdName)
+	}
+	// A pool change makes the publisher write, and find the CRD gone.
+	s.addPod("during", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("during")
+	const deletedWarning = "the ResourcePool CRD (resourcepools.drascope.dev) was deleted"
+	err = wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		return strings.Contains(schedulerLogSince(t, logBefore), deletedWarning), nil
+	})
+	if err != nil {
+		t.Fatalf("the scheduler log has no %q:\n%s", deletedWarning, tail(schedulerLogSince(t, logBefore), 20))
+	}
+
+	if err := install(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	s.waitForResourcePool(poolObjectName(t, node), "published again once the CRD is back", summaryIs(2, 2, 0, 0))
+	t.Logf("ResourcePools published again %s after the CRD was re-created (the publisher looks for it every 5s)", time.Since(back).Round(100*time.Millisecond))
+}
