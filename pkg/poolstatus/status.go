@@ -17,6 +17,43 @@ import (
 	"github.com/drascope/drascope/pkg/drausage"
 )
 
+// listedDevices are the devices a status lists: every one that is not
+// Available or was reported Unhealthy, sorted by name, at most
+// v1alpha1.MaxDevices. Past that (a pool of thousands of devices, tainted
+// or allocated), Unhealthy and Unavailable devices are kept before allocated
+// ones, which the summary counts anyway, and the rest are counted: a status
+// the CRD refuses would be retried forever.
+func listedDevices(devices []drausage.DeviceUsage) ([]v1alpha1.DeviceStatus, int32) {
+	var listed []v1alpha1.DeviceStatus
+	for _, d := range devices {
+		if d.State != drausage.DeviceAvailable || d.Health.Status == v1.ResourceHealthStatusUnhealthy {
+			listed = append(listed, v1alpha1.DeviceStatus{
+				Name: d.Name, State: string(d.State), Reason: string(d.Reason), Message: d.Message,
+				Health: string(d.Health.Status), HealthMessage: d.Health.Detail,
+			})
+		}
+	}
+	if len(listed) <= v1alpha1.MaxDevices {
+		return listed, 0
+	}
+	important := func(d v1alpha1.DeviceStatus) bool {
+		return d.Health == string(v1.ResourceHealthStatusUnhealthy) || d.State == string(drausage.DeviceUnavailable)
+	}
+	slices.SortStableFunc(listed, func(a, b v1alpha1.DeviceStatus) int {
+		switch {
+		case important(a) && !important(b):
+			return -1
+		case important(b) && !important(a):
+			return 1
+		}
+		return 0
+	})
+	truncated := int32(len(listed) - v1alpha1.MaxDevices)
+	listed = listed[:v1alpha1.MaxDevices]
+	slices.SortFunc(listed, func(a, b v1alpha1.DeviceStatus) int { return cmp.Compare(a.Name, b.Name) })
+	return listed, truncated
+}
+
 // For renders a pool's usage as a ResourcePool status, counted under the
 // scheduler's deviceHealth.policy (empty when not known, as for a pool
 // computed client side). Given the previous status, it keeps the transition
@@ -39,14 +76,7 @@ func For(snap *drausage.PoolUsage, healthPolicy string, previous *v1alpha1.Resou
 		LastUpdateTime:      &metav1.Time{Time: now.Truncate(time.Second)},
 		DeviceHealthPolicy:  healthPolicy,
 	}
-	for _, d := range snap.Devices {
-		if d.State != drausage.DeviceAvailable || d.Health.Status == v1.ResourceHealthStatusUnhealthy {
-			status.Devices = append(status.Devices, v1alpha1.DeviceStatus{
-				Name: d.Name, State: string(d.State), Reason: string(d.Reason), Message: d.Message,
-				Health: string(d.Health.Status), HealthMessage: d.Health.Detail,
-			})
-		}
-	}
+	status.Devices, status.TruncatedDeviceCount = listedDevices(snap.Devices)
 	// Missing slices are the Complete condition's business; Valid counts
 	// the other problems.
 	var invalid []string

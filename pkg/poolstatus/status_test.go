@@ -1,14 +1,18 @@
 package poolstatus
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/manifests"
 	"github.com/drascope/drascope/pkg/drausage"
 )
 
@@ -101,5 +105,56 @@ func TestForListsHeldAndUnavailableDevices(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("device %d: %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// A pool with more devices to list than the CRD allows is published with
+// the rest counted, Unhealthy and Unavailable ones kept first: a status the
+// apiserver refuses would be retried forever.
+func TestForTruncatesTheDeviceList(t *testing.T) {
+	u := drausage.PoolUsage{PoolID: drausage.PoolID{Driver: "gpu.example.com", Pool: "big"}}
+	const allocated, tainted = 100, v1alpha1.MaxDevices
+	for i := range allocated + tainted {
+		d := drausage.DeviceUsage{Name: fmt.Sprintf("dev-%05d", i), State: drausage.DeviceAllocated}
+		if i >= allocated {
+			d.State, d.Reason, d.Message = drausage.DeviceUnavailable, drausage.ReasonTainted, "maintenance=true:NoSchedule"
+		}
+		u.Devices = append(u.Devices, d)
+	}
+	status := For(&u, "Taint", nil, time.Now())
+	if len(status.Devices) != v1alpha1.MaxDevices || status.TruncatedDeviceCount != allocated {
+		t.Fatalf("%d devices listed, %d truncated; want %d and %d", len(status.Devices), status.TruncatedDeviceCount, v1alpha1.MaxDevices, allocated)
+	}
+	for i, d := range status.Devices {
+		if d.State != string(drausage.DeviceUnavailable) {
+			t.Fatalf("device %d listed is %s %s, want only Unavailable ones kept", i, d.Name, d.State)
+		}
+		if i > 0 && status.Devices[i-1].Name >= d.Name {
+			t.Fatalf("devices not sorted by name at %d: %s, %s", i, status.Devices[i-1].Name, d.Name)
+		}
+	}
+	small := u
+	small.Devices = u.Devices[:10]
+	if s := For(&small, "Taint", nil, time.Now()); len(s.Devices) != 10 || s.TruncatedDeviceCount != 0 {
+		t.Errorf("a small pool: %d listed, %d truncated; want 10 and 0", len(s.Devices), s.TruncatedDeviceCount)
+	}
+}
+
+// MaxDevices is the CRD's maxItems of status.devices.
+func TestMaxDevicesMatchesTheCRD(t *testing.T) {
+	data, err := manifests.Files.ReadFile("crds/resourcepools.drascope.dev.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	devices := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"].Properties["devices"]
+	if devices.MaxItems == nil || *devices.MaxItems != v1alpha1.MaxDevices {
+		t.Errorf("CRD status.devices maxItems %v, want v1alpha1.MaxDevices (%d)", devices.MaxItems, v1alpha1.MaxDevices)
+	}
+	if _, ok := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"].Properties["truncatedDeviceCount"]; !ok {
+		t.Error("CRD has no status.truncatedDeviceCount")
 	}
 }

@@ -86,7 +86,16 @@ type ResourcePoolStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	Devices []DeviceStatus `json:"devices,omitempty"`
+	// TruncatedDeviceCount counts the devices left out of Devices, which
+	// holds at most MaxDevices (Unhealthy and Unavailable ones first).
+	// +optional
+	TruncatedDeviceCount int32 `json:"truncatedDeviceCount,omitempty"`
 }
+
+// MaxDevices is the most devices a ResourcePool status lists (the CRD's
+// maxItems of status.devices); a pool with more that are not Available is
+// published with the rest counted in TruncatedDeviceCount, not refused.
+const MaxDevices = 8192
 
 // DeviceStatus is the state of one device that cannot take a new exclusive
 // allocation, or that was reported Unhealthy.
