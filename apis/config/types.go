@@ -70,6 +70,13 @@ const (
 	DeviceHealthTaint DeviceHealthPolicy = "Taint"
 )
 
+// Withholds reports whether the policy keeps devices reported Unhealthy
+// from new claims (Taint and Avoid). The scheduler allocates by it, and the
+// counts of the side cache, ResourcePools and kubectl dra follow it.
+func (p DeviceHealthPolicy) Withholds() bool {
+	return p == DeviceHealthTaint || p == DeviceHealthAvoid
+}
+
 // DeviceHealthArgs configures health-aware allocation.
 type DeviceHealthArgs struct {
 	// Policy is Taint, Avoid or Ignore.

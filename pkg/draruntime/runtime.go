@@ -152,7 +152,7 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		Observe: poolmetrics.ObserveRecompute,
 		Usage: drausage.Options{
 			Health:            r.deviceHealth,
-			WithholdUnhealthy: withholds(args),
+			WithholdUnhealthy: args.DeviceHealth.Policy.Withholds(),
 			HealthTaintKey:    health.TaintKey,
 		},
 	})
@@ -327,11 +327,7 @@ func (r *Runtime) Health() *health.Cache {
 func (r *Runtime) Withholds() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.first != nil && withholds(r.first.args)
-}
-
-func withholds(args *config.DRAScopeArgs) bool {
-	return args.DeviceHealth.Policy == config.DeviceHealthAvoid || args.DeviceHealth.Policy == config.DeviceHealthTaint
+	return r.first != nil && r.first.args.DeviceHealth.Policy.Withholds()
 }
 
 // RetryWhenDeviceRecovers remembers a pod that was refused while devices

@@ -36,6 +36,9 @@ type Device struct {
 
 func (d Device) String() string { return d.Driver + "/" + d.Pool + "/" + d.Name }
 
+// Compare orders devices by their names as written, for sorted output.
+func (d Device) Compare(other Device) int { return strings.Compare(d.String(), other.String()) }
+
 // Report is what the cache knows of one device.
 type Report struct {
 	Device Device

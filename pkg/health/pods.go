@@ -229,20 +229,10 @@ func (c *Cache) ObservePod(logger klog.Logger, pod *v1.Pod) {
 	}
 	c.mu.Unlock()
 	if len(untrusted) > 0 {
-		slices.SortFunc(untrusted, func(a, b Device) int { return compareDevices(a, b) })
+		slices.SortFunc(untrusted, Device.Compare)
 		c.distrust(logger, pod, untrusted)
 	}
 	c.changed(logger, changed)
-}
-
-func compareDevices(a, b Device) int {
-	switch {
-	case a.String() < b.String():
-		return -1
-	case a.String() > b.String():
-		return 1
-	}
-	return 0
 }
 
 // distrust counts and logs, once per pod, reports about devices the pod

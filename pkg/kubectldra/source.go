@@ -309,7 +309,7 @@ func (v *clusterView) poolSlices(id drausage.PoolID) []*resourceapi.ResourceSlic
 // scheduler withholds Unhealthy devices, as the ResourcePool publishes its
 // deviceHealth.policy.
 func schedulerHealth(rp *v1alpha1.ResourcePool) (func(drausage.PoolID, string) drausage.DeviceHealth, bool) {
-	withholds := rp.Status.DeviceHealthPolicy == string(config.DeviceHealthAvoid) || rp.Status.DeviceHealthPolicy == string(config.DeviceHealthTaint)
+	withholds := config.DeviceHealthPolicy(rp.Status.DeviceHealthPolicy).Withholds()
 	known := map[string]drausage.DeviceHealth{}
 	for _, d := range rp.Status.Devices {
 		if d.Health != "" {

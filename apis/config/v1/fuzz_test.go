@@ -3,6 +3,7 @@ package v1_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -60,18 +61,8 @@ func FuzzDRAScopeArgs(f *testing.F) {
 }
 
 func indent(s, prefix string) string {
-	out := ""
-	line := ""
-	for _, r := range s {
-		if r == '\n' {
-			out += prefix + line + "\n"
-			line = ""
-			continue
-		}
-		line += string(r)
+	if s = strings.TrimRight(s, "\n"); s == "" {
+		return ""
 	}
-	if line != "" {
-		out += prefix + line + "\n"
-	}
-	return out
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix) + "\n"
 }

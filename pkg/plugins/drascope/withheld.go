@@ -110,7 +110,7 @@ func (w *withheldDevices) note(pl *DRAScope, node *v1.Node) string {
 }
 
 func byDevice(a, b health.Report) int {
-	return strings.Compare(a.Device.String(), b.Device.String())
+	return a.Device.Compare(b.Device)
 }
 
 // networkAttached reports whether a device's pool is not tied to one node.
