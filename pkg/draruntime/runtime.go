@@ -36,6 +36,7 @@ import (
 
 	"github.com/drascope/drascope/apis/config"
 	"github.com/drascope/drascope/apis/config/validation"
+	"github.com/drascope/drascope/pkg/conflictcheck"
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/health"
@@ -255,9 +256,20 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 			Observe:            poolmetrics.ObserveSync,
 			ObservePublished:   poolmetrics.ObservePublished,
 			ObserveWrite:       poolmetrics.ObserveWrite,
-			ReportConflict:     conflictEvents(h.EventRecorder(), factory),
 		})
 	}
+	// The leader confirms the conflicts its cache suspects and reports
+	// them (metric, event, ResourcePool status), whether or not it
+	// publishes ResourcePools.
+	checker := conflictcheck.New(r.pools, conflictcheck.FromAPI(h.ClientSet()), conflictcheck.Options{
+		Report:  conflictEvents(h.EventRecorder(), factory),
+		Observe: poolmetrics.ObserveConflictCheck,
+	})
+	r.goroutines.Go(func() {
+		if closedBefore(ctx, r.leadership.Leading()) {
+			checker.Run(ctx)
+		}
+	})
 	healthmetrics.Register()
 	stopExport := poolmetrics.Export(r.pools)
 	r.goroutines.Go(func() {
@@ -425,20 +437,38 @@ func (r *Runtime) healthChanged(logger klog.Logger, devices []health.Device) {
 	}
 }
 
-// conflictEvents records a Warning event on each ResourceSlice of a pool in
-// which a device is held by more claims than it allows.
-func conflictEvents(recorder events.EventRecorderLogger, factory informers.SharedInformerFactory) poolpublisher.ConflictReporter {
+// maxEventNote is the longest note the apiserver accepts (events.k8s.io).
+const maxEventNote = 1024
+
+// conflictEvents records Warning events on each ResourceSlice of a pool in
+// which claims over-use devices or shared counters: one per kind of
+// conflict (the event's action), since events of one object, reason and
+// action form one series whose note is the first one's.
+func conflictEvents(recorder events.EventRecorderLogger, factory informers.SharedInformerFactory) func(context.Context, drausage.PoolID, []drausage.Conflict) {
 	slices := factory.Resource().V1().ResourceSlices().Lister()
-	return func(ctx context.Context, pool drausage.PoolID, message string) {
+	return func(ctx context.Context, pool drausage.PoolID, conflicts []drausage.Conflict) {
 		all, err := slices.List(labels.Everything())
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Listing ResourceSlices for a conflict event", "pool", pool)
 			return
 		}
-		for _, slice := range all {
-			if slice.Spec.Driver == pool.Driver && slice.Spec.Pool.Name == pool.Pool {
-				recorder.Eventf(slice, nil, v1.EventTypeWarning, "DeviceAllocationConflict", "Validate",
-					"%s; two schedulers may have allocated it at once (see README: Deployment modes)", message)
+		byKind := map[drausage.ConflictKind][]string{}
+		for _, c := range conflicts {
+			byKind[c.Kind] = append(byKind[c.Kind], c.Message)
+		}
+		for kind, messages := range byKind {
+			note := fmt.Sprintf("%d %s conflict(s) confirmed from the API: %s", len(messages), kind, strings.Join(messages[:min(len(messages), 3)], "; "))
+			if len(messages) > 3 {
+				note += "; ..."
+			}
+			note += "; two schedulers may have allocated at once (see README: Deployment modes)"
+			if len(note) > maxEventNote {
+				note = note[:maxEventNote-3] + "..."
+			}
+			for _, slice := range all {
+				if slice.Spec.Driver == pool.Driver && slice.Spec.Pool.Name == pool.Pool {
+					recorder.Eventf(slice, nil, v1.EventTypeWarning, "DeviceAllocationConflict", string(kind), "%s", note)
+				}
 			}
 		}
 	}

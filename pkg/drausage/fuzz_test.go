@@ -132,6 +132,13 @@ func FuzzComputePoolUsage(f *testing.F) {
 			if len(p.ValidationErrors) > MaxValidationErrors || p.TruncatedErrorCount < 0 {
 				t.Errorf("pool %s: %d errors kept, %d truncated", p.PoolID, len(p.ValidationErrors), p.TruncatedErrorCount)
 			}
+			keys := map[string]bool{}
+			for _, c := range p.Conflicts {
+				if keys[c.Key()] || len(c.Claims) == 0 || c.Message == "" {
+					t.Errorf("pool %s: conflict %+v repeated, or without claims or message", p.PoolID, c)
+				}
+				keys[c.Key()] = true
+			}
 			seen := map[string]bool{}
 			for _, d := range p.Devices {
 				if seen[d.Name] {

@@ -126,10 +126,39 @@ const (
 	DuplicateDevice ValidationKind = "DuplicateDevice"
 	// InconsistentSlices: the pool's slices disagree on resourceSliceCount or node.
 	InconsistentSlices ValidationKind = "InconsistentSlices"
-	// AllocationConflict: a device is held by more claims than it allows,
-	// as when two scheduler processes race for it.
-	AllocationConflict ValidationKind = "AllocationConflict"
 )
+
+// ConflictKind says what claims hold beyond what a pool allows, as when two
+// scheduler processes race for the same devices.
+type ConflictKind string
+
+const (
+	// OverAllocatedDevice: a device is held by more claims than it allows.
+	OverAllocatedDevice ConflictKind = "OverAllocatedDevice"
+	// OverConsumedCapacity: the shares of a device consume more of a
+	// capacity than the device has.
+	OverConsumedCapacity ConflictKind = "OverConsumedCapacity"
+	// OverConsumedCounter: the allocated devices of a pool consume more of
+	// a shared counter (partitionable devices) than it holds.
+	OverConsumedCounter ConflictKind = "OverConsumedCounter"
+)
+
+// Conflict is one device or shared counter that claims over-use. Every
+// conflict of a pool is kept: unlike validation errors, none is left out.
+type Conflict struct {
+	Kind ConflictKind
+	// Subject is the device, or "<counter set>/<counter>" for
+	// OverConsumedCounter.
+	Subject string
+	// Message says what is over-used and by how much, naming no claim.
+	Message string
+	// Claims are every claim whose allocation takes part, so that the
+	// conflict can be checked again from just these claims.
+	Claims []ClaimRef
+}
+
+// Key identifies a conflict within its pool, whatever the claims involved.
+func (c Conflict) Key() string { return string(c.Kind) + "/" + c.Subject }
 
 // ValidationError is one problem found across a pool's slices and claims.
 type ValidationError struct {
@@ -148,10 +177,12 @@ type PoolUsage struct {
 	ObservedSlices int
 	ExpectedSlices int
 	Summary        Summary
-	// ValidationErrors holds at most MaxValidationErrors problems;
-	// TruncatedErrorCount counts the ones left out.
+	// ValidationErrors holds at most MaxValidationErrors problems of the
+	// slices; TruncatedErrorCount counts the ones left out.
 	ValidationErrors    []ValidationError
 	TruncatedErrorCount int
+	// Conflicts are what the claims over-use, sorted by kind and subject.
+	Conflicts []Conflict
 	// Devices, sorted by name.
 	Devices []DeviceUsage
 }
@@ -159,15 +190,24 @@ type PoolUsage struct {
 // Complete reports whether every slice of the pool's generation is present.
 func (p *PoolUsage) Complete() bool { return p.ObservedSlices >= p.ExpectedSlices }
 
-// Valid reports whether the pool passed cross-slice and allocation
-// validation. Missing slices make a pool incomplete (Complete), not invalid.
+// Valid reports whether the pool passed cross-slice validation and has no
+// conflict. Missing slices make a pool incomplete (Complete), not invalid.
 func (p *PoolUsage) Valid() bool {
 	for _, e := range p.ValidationErrors {
 		if e.Kind != MissingSlices {
 			return false
 		}
 	}
-	return p.TruncatedErrorCount == 0
+	return p.TruncatedErrorCount == 0 && len(p.Conflicts) == 0
+}
+
+// ConflictCounts counts the pool's conflicts by kind.
+func (p *PoolUsage) ConflictCounts() map[ConflictKind]int {
+	counts := map[ConflictKind]int{}
+	for _, c := range p.Conflicts {
+		counts[c.Kind]++
+	}
+	return counts
 }
 
 // Options tune ComputePoolUsage.
@@ -280,9 +320,7 @@ func ComputePool(id PoolID, poolSlices []*resourceapi.ResourceSlice, claims []*r
 	for _, name := range names {
 		d := devices[name]
 		du := DeviceUsage{Name: name, Allocations: d.allocations, AdminAccess: d.admin, Health: d.health}
-		if conflict := d.conflict(); conflict != "" {
-			errs.add(AllocationConflict, fmt.Sprintf("device %s/%s is %s", id, name, conflict))
-		}
+		usage.Conflicts = append(usage.Conflicts, d.conflicts(id, name)...)
 		switch {
 		case d.dedicated > 0 || d.shares > 0:
 			du.State = DeviceAllocated
@@ -295,6 +333,10 @@ func ComputePool(id PoolID, poolSlices []*resourceapi.ResourceSlice, claims []*r
 		usage.Devices = append(usage.Devices, du)
 		usage.Summary.count(du.State)
 	}
+	usage.Conflicts = append(usage.Conflicts, counterConflicts(current, devices)...)
+	slices.SortFunc(usage.Conflicts, func(a, b Conflict) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Subject, b.Subject))
+	})
 	usage.Summary.Available = usage.Summary.Total - usage.Summary.Allocated - usage.Summary.Unavailable
 	usage.ValidationErrors, usage.TruncatedErrorCount = errs.kept, errs.truncated
 	return usage
@@ -407,19 +449,90 @@ func collectAllocations(id PoolID, claims []*resourceapi.ResourceClaim, devices 
 	}
 }
 
-// conflict describes how the device is held by more claims than it allows,
-// or "" when it is not.
-func (d *device) conflict() string {
+// conflicts returns how the device is held beyond what it allows: by more
+// claims, or by shares that consume more than its capacity.
+func (d *device) conflicts(id PoolID, name string) []Conflict {
+	var out []Conflict
 	multiple := ptr.Deref(d.spec.AllowMultipleAllocations, false)
+	held := ""
 	switch {
 	case d.dedicated > 1:
-		return fmt.Sprintf("allocated to %d claims without admin access", d.dedicated)
+		held = fmt.Sprintf("allocated to %d claims without admin access", d.dedicated)
 	case d.dedicated > 0 && d.shares > 0:
-		return fmt.Sprintf("allocated to a claim and shared by %d other claim(s)", d.shares)
+		held = fmt.Sprintf("allocated to a claim and shared by %d other claim(s)", d.shares)
 	case d.shares > 1 && !multiple:
-		return fmt.Sprintf("shared by %d claims but does not allow multiple allocations", d.shares)
+		held = fmt.Sprintf("shared by %d claims but does not allow multiple allocations", d.shares)
 	}
-	return ""
+	if held != "" {
+		out = append(out, Conflict{Kind: OverAllocatedDevice, Subject: name,
+			Message: fmt.Sprintf("device %s/%s is %s", id, name, held), Claims: claimsOf(d.allocations)})
+	}
+	for _, capName := range sortedKeys(d.spec.Capacity) {
+		capacity := d.spec.Capacity[capName].Value
+		consumed, ok := d.consumed[capName]
+		if ok && consumed.Cmp(capacity) > 0 {
+			out = append(out, Conflict{Kind: OverConsumedCapacity, Subject: name,
+				Message: fmt.Sprintf("device %s/%s: its shares consume %s of capacity %s, which is %s", id, name, consumed.String(), capName, capacity.String()),
+				Claims:  claimsOf(d.allocations)})
+			break
+		}
+	}
+	return out
+}
+
+// counterConflicts reports each shared counter that the pool's allocated
+// devices consume more of than it holds. Withheld devices do not count
+// here: nobody holds them.
+func counterConflicts(current []*resourceapi.ResourceSlice, devices map[string]*device) []Conflict {
+	type use struct {
+		value, consumed resource.Quantity
+		claims          []ClaimRef
+	}
+	uses := map[counterKey]*use{}
+	for _, slice := range current {
+		for _, set := range slice.Spec.SharedCounters {
+			for name, counter := range set.Counters {
+				uses[counterKey{set.Name, name}] = &use{value: counter.Value}
+			}
+		}
+	}
+	if len(uses) == 0 {
+		return nil
+	}
+	for _, d := range devices {
+		if d.dedicated == 0 && d.shares == 0 {
+			continue
+		}
+		for _, consumption := range d.spec.ConsumesCounters {
+			for name, counter := range consumption.Counters {
+				if u, ok := uses[counterKey{consumption.CounterSet, name}]; ok {
+					u.consumed.Add(counter.Value)
+					u.claims = append(u.claims, claimsOf(d.allocations)...)
+				}
+			}
+		}
+	}
+	var out []Conflict
+	for key, u := range uses {
+		if u.consumed.Cmp(u.value) <= 0 {
+			continue
+		}
+		slices.SortFunc(u.claims, func(a, b ClaimRef) int { return cmp.Compare(a.UID, b.UID) })
+		out = append(out, Conflict{Kind: OverConsumedCounter, Subject: key.set + "/" + key.counter,
+			Message: fmt.Sprintf("counter %s/%s: allocated devices consume %s of %s", key.set, key.counter, u.consumed.String(), u.value.String()),
+			Claims:  slices.CompactFunc(u.claims, func(a, b ClaimRef) bool { return a.UID == b.UID })})
+	}
+	return out
+}
+
+func claimsOf(allocations []Allocation) []ClaimRef {
+	refs := make([]ClaimRef, 0, len(allocations))
+	for _, a := range allocations {
+		if !slices.Contains(refs, a.Claim) {
+			refs = append(refs, a.Claim)
+		}
+	}
+	return refs
 }
 
 // partiallyConsumed reports whether a shared device can take more: some of
@@ -523,8 +636,8 @@ func blocks(effect resourceapi.DeviceTaintEffect) bool {
 	return effect == resourceapi.DeviceTaintEffectNoSchedule || effect == resourceapi.DeviceTaintEffectNoExecute
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
+func sortedKeys[K ~string, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}

@@ -106,8 +106,10 @@ func TestComputePoolUsage(t *testing.T) {
 		wantStates map[string]string
 		wantSum    Summary
 		wantErrs   []ValidationKind
-		complete   bool
-		valid      bool
+		// wantConflicts are Conflict.Key values.
+		wantConflicts []string
+		complete      bool
+		valid         bool
 	}{
 		"free pool": {
 			slices:     []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1")...)},
@@ -222,10 +224,42 @@ func TestComputePoolUsage(t *testing.T) {
 				allocated("first", onDevice("node-1", "gpu-0")),
 				allocated("second", onDevice("node-1", "gpu-0")),
 			},
-			wantStates: map[string]string{"gpu-0": "Allocated"},
-			wantSum:    Summary{Total: 1, Allocated: 1},
-			wantErrs:   []ValidationKind{AllocationConflict},
-			complete:   true, valid: false,
+			wantStates:    map[string]string{"gpu-0": "Allocated"},
+			wantSum:       Summary{Total: 1, Allocated: 1},
+			wantConflicts: []string{"OverAllocatedDevice/gpu-0"},
+			complete:      true, valid: false,
+		},
+		"conflict: shares consume more than the capacity": {
+			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, shared)},
+			claims: []*resourceapi.ResourceClaim{
+				allocated("a", consume(share(onDevice("node-1", "shared"), "1"), "6Gi")),
+				allocated("b", consume(share(onDevice("node-1", "shared"), "2"), "6Gi")),
+			},
+			wantStates:    map[string]string{"shared": "Allocated"},
+			wantSum:       Summary{Total: 1, Allocated: 1},
+			wantConflicts: []string{"OverConsumedCapacity/shared"},
+			complete:      true, valid: false,
+		},
+		"conflict: two partitions that together exceed the shared counter": {
+			slices: []*resourceapi.ResourceSlice{counters, partitions},
+			claims: []*resourceapi.ResourceClaim{
+				allocated("a", onDevice("node-1", "whole")),
+				allocated("b", onDevice("node-1", "half-a")),
+			},
+			wantStates:    map[string]string{"whole": "Allocated", "half-a": "Allocated", "half-b": "Unavailable (CountersExhausted)"},
+			wantSum:       Summary{Total: 3, Allocated: 2, Unavailable: 1},
+			wantConflicts: []string{"OverConsumedCounter/gpu-0/mem"},
+			complete:      true, valid: false,
+		},
+		"one claim per device of a counter set is no conflict, nor is consuming it exactly": {
+			slices: []*resourceapi.ResourceSlice{counters, partitions},
+			claims: []*resourceapi.ResourceClaim{
+				allocated("a", onDevice("node-1", "half-a")),
+				allocated("b", onDevice("node-1", "half-b")),
+			},
+			wantStates: map[string]string{"whole": "Unavailable (CountersExhausted)", "half-a": "Allocated", "half-b": "Allocated"},
+			wantSum:    Summary{Total: 3, Allocated: 2, Unavailable: 1},
+			complete:   true, valid: true,
 		},
 		"health Avoid: a free Unhealthy device is withheld, an allocated one stays allocated": {
 			slices:     []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1", "gpu-2")...)},
@@ -266,6 +300,13 @@ func TestComputePoolUsage(t *testing.T) {
 			if diff := cmp.Diff(tc.wantErrs, kinds(p)); diff != "" {
 				t.Errorf("validation errors (-want +got):\n%s\n%v", diff, p.ValidationErrors)
 			}
+			var conflicts []string
+			for _, c := range p.Conflicts {
+				conflicts = append(conflicts, c.Key())
+			}
+			if diff := cmp.Diff(tc.wantConflicts, conflicts); diff != "" {
+				t.Errorf("conflicts (-want +got):\n%s\n%+v", diff, p.Conflicts)
+			}
 			if p.Complete() != tc.complete || p.Valid() != tc.valid {
 				t.Errorf("complete=%v valid=%v, want %v %v", p.Complete(), p.Valid(), tc.complete, tc.valid)
 			}
@@ -303,9 +344,38 @@ func TestConflictMessageNamesTheDeviceNotTheClaims(t *testing.T) {
 		[]*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0")...)},
 		[]*resourceapi.ResourceClaim{allocated("secret-a", onDevice("node-1", "gpu-0")), allocated("secret-b", onDevice("node-1", "gpu-0"))},
 		Options{})
-	msg := pools[0].ValidationErrors[0].Message
-	if !strings.Contains(msg, "gpu.example.com/node-1/gpu-0") || strings.Contains(msg, "secret") {
-		t.Errorf("conflict message must name the device and no claim: %q", msg)
+	c := pools[0].Conflicts[0]
+	if !strings.Contains(c.Message, "gpu.example.com/node-1/gpu-0") || strings.Contains(c.Message, "secret") {
+		t.Errorf("conflict message must name the device and no claim: %q", c.Message)
+	}
+	// The claims are kept apart from the message, for re-checking.
+	if len(c.Claims) != 2 || c.Claims[0].Name != "secret-a" || c.Claims[1].Name != "secret-b" {
+		t.Errorf("conflict claims %v, want secret-a and secret-b", c.Claims)
+	}
+}
+
+// Conflicts are never truncated: a pool with many over-allocated devices
+// reports each, however many slice problems come first.
+func TestEveryConflictIsCounted(t *testing.T) {
+	var slices []*resourceapi.ResourceSlice
+	names := make([]string, 30)
+	for i := range names {
+		names[i] = "gpu-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
+	}
+	slices = append(slices, slice("a", "node-1", 1, 1, devs(names...)...))
+	for i := range 15 {
+		slices = append(slices, slice("dup-"+string(rune('a'+i)), "node-1", 1, 1, devs(names[0])...))
+	}
+	var claims []*resourceapi.ResourceClaim
+	for _, n := range names {
+		claims = append(claims, allocated(n+"-1", onDevice("node-1", n)), allocated(n+"-2", onDevice("node-1", n)))
+	}
+	p := ComputePoolUsage(slices, claims, Options{})[0]
+	if got := p.ConflictCounts()[OverAllocatedDevice]; got != len(names) {
+		t.Errorf("counted %d over-allocated devices, want %d", got, len(names))
+	}
+	if len(p.ValidationErrors) != MaxValidationErrors || p.TruncatedErrorCount == 0 {
+		t.Errorf("kept %d slice problems, %d more counted; want the cap and some counted", len(p.ValidationErrors), p.TruncatedErrorCount)
 	}
 }
 

@@ -88,6 +88,12 @@ func printPool(out io.Writer, rp *v1alpha1.ResourcePool, detail *drausage.PoolUs
 			w.Write(describe.LEVEL_1, "(%d more not listed)\n", rp.Status.TruncatedErrorCount)
 		}
 	}
+	if c := rp.Status.Conflicts; c != nil {
+		w.Write(describe.LEVEL_0, "Allocation Conflicts:\n")
+		w.Write(describe.LEVEL_1, "Over-allocated Devices:\t%d\n", c.OverAllocatedDevices)
+		w.Write(describe.LEVEL_1, "Over-consumed Capacity:\t%d\n", c.OverConsumedCapacity)
+		w.Write(describe.LEVEL_1, "Over-consumed Counters:\t%d\n", c.OverConsumedCounters)
+	}
 
 	if detail == nil {
 		w.Write(describe.LEVEL_0, "Device Details:\t%s\n", detailNote)

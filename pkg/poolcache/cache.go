@@ -26,9 +26,15 @@ import (
 	"github.com/drascope/drascope/pkg/drausage"
 )
 
-// Snapshot is the availability of one pool at one point.
+// Snapshot is the availability of one pool at one point. Its Conflicts are
+// only those confirmed (Cache.Confirm); Suspected holds every conflict the
+// cache's own view shows, which its lag or in-flight allocations can make
+// up.
 type Snapshot struct {
 	drausage.PoolUsage
+	// Suspected are the conflicts computed from the cache's inputs,
+	// confirmed or not.
+	Suspected []drausage.Conflict
 	// Version increases with every snapshot the cache makes, across pools.
 	Version uint64
 	// ComputedAt is when the snapshot was made.
@@ -76,6 +82,9 @@ type Cache struct {
 	claimPools   map[types.UID][]drausage.PoolID
 	claimsByPool map[drausage.PoolID]sets.Set[types.UID]
 	taintRules   map[string]*resourceapi.DeviceTaintRule
+	// confirmed holds the keys of each pool's confirmed conflicts; a key
+	// is dropped once the conflict is no longer suspected.
+	confirmed map[drausage.PoolID]sets.Set[string]
 	// dirty pools and when their oldest unreflected change happened.
 	dirty     map[drausage.PoolID]time.Time
 	snapshots map[drausage.PoolID]*Snapshot
@@ -97,6 +106,7 @@ func New(opts Options) *Cache {
 		claimPools:   map[types.UID][]drausage.PoolID{},
 		claimsByPool: map[drausage.PoolID]sets.Set[types.UID]{},
 		taintRules:   map[string]*resourceapi.DeviceTaintRule{},
+		confirmed:    map[drausage.PoolID]sets.Set[string]{},
 		dirty:        map[drausage.PoolID]time.Time{},
 		snapshots:    map[drausage.PoolID]*Snapshot{},
 	}
@@ -128,6 +138,30 @@ func (c *Cache) List() []*Snapshot {
 	out := make([]*Snapshot, 0, len(c.snapshots))
 	for _, s := range c.snapshots {
 		out = append(out, s)
+	}
+	return out
+}
+
+// Confirm records that conflicts of a pool (by drausage.Conflict.Key) were
+// checked against the API and are real; the pool's next snapshot reports
+// them, for as long as they stay suspected.
+func (c *Cache) Confirm(id drausage.PoolID, keys ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.confirmed[id] == nil {
+		c.confirmed[id] = sets.New[string]()
+	}
+	c.confirmed[id].Insert(keys...)
+	c.markLocked(id)
+}
+
+// Slices returns the slices of a pool as the cache has them.
+func (c *Cache) Slices(id drausage.PoolID) []*resourceapi.ResourceSlice {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*resourceapi.ResourceSlice, 0, len(c.slices[id]))
+	for _, slice := range c.slices[id] {
+		out = append(out, slice)
 	}
 	return out
 }
@@ -424,7 +458,7 @@ func (c *Cache) Sync() []drausage.PoolID {
 		start := c.clock.Now()
 		usage := drausage.ComputePool(in.id, in.slices, in.claims, opts)
 		now := c.clock.Now()
-		results[i] = &Snapshot{PoolUsage: usage, ComputedAt: now, ChangedAt: in.changedAt}
+		results[i] = &Snapshot{PoolUsage: usage, Suspected: usage.Conflicts, ComputedAt: now, ChangedAt: in.changedAt}
 		if c.opts.Observe != nil {
 			c.opts.Observe(in.id, len(usage.Devices), now.Sub(start), now.Sub(in.changedAt))
 		}
@@ -435,11 +469,13 @@ func (c *Cache) Sync() []drausage.PoolID {
 	for i, in := range inputs {
 		switch {
 		case results[i] != nil:
+			c.keepConfirmedLocked(results[i])
 			c.version++
 			results[i].Version = c.version
 			c.snapshots[in.id] = results[i]
 		case c.snapshots[in.id] != nil:
 			delete(c.snapshots, in.id)
+			delete(c.confirmed, in.id)
 		default:
 			continue
 		}
@@ -454,4 +490,27 @@ func (c *Cache) Sync() []drausage.PoolID {
 		}
 	}
 	return changed
+}
+
+// keepConfirmedLocked reports in the snapshot only the suspected conflicts
+// that were confirmed, and forgets confirmations of conflicts that are gone,
+// so that one coming back is checked again.
+func (c *Cache) keepConfirmedLocked(snap *Snapshot) {
+	confirmed := c.confirmed[snap.PoolID]
+	snap.Conflicts = nil
+	if confirmed.Len() == 0 {
+		return
+	}
+	still := sets.New[string]()
+	for _, conflict := range snap.Suspected {
+		if confirmed.Has(conflict.Key()) {
+			snap.Conflicts = append(snap.Conflicts, conflict)
+			still.Insert(conflict.Key())
+		}
+	}
+	if still.Len() == 0 {
+		delete(c.confirmed, snap.PoolID)
+		return
+	}
+	c.confirmed[snap.PoolID] = still
 }

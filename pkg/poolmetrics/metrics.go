@@ -62,12 +62,20 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, nil)
 
+	// ConflictChecks: suspected conflicts checked against the API, by
+	// result (Confirmed, NotConfirmed).
+	ConflictChecks = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "drascope_allocation_conflict_checks_total",
+		Help:           "Suspected allocation conflicts checked by reading their claims from the API, by result: Confirmed (reported) or NotConfirmed (the side cache's in-flight view or informer lag; checked again later while still suspected).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	devicesDesc = metrics.NewDesc("drascope_resourcepool_devices",
 		"Devices of a pool by state (Available, Allocated, PartiallyAllocated, Unavailable), as the scheduler sees them. PartiallyAllocated devices are counted under Allocated too.",
 		[]string{"driver", "pool", "node", "state"}, nil, metrics.ALPHA, "")
 	conflictsDesc = metrics.NewDesc("drascope_resourcepool_allocation_conflicts",
-		"Devices of a pool held by more claims than they allow, as when two schedulers raced for them.",
-		[]string{"driver", "pool", "node"}, nil, metrics.ALPHA, "")
+		"Confirmed allocation conflicts of a pool, as when two schedulers raced for its devices, by kind: OverAllocatedDevice (devices held by more claims than they allow), OverConsumedCapacity (devices whose shares consume more than their capacity), OverConsumedCounter (shared counters consumed beyond their value).",
+		[]string{"driver", "pool", "node", "kind"}, nil, metrics.ALPHA, "")
 	healthDesc = metrics.NewDesc("drascope_resourcepool_device_health",
 		"Devices of a pool by the health kubelet last reported for them in pod status (KEP-4680): Healthy, Unhealthy, or Unknown (no report, or an Unhealthy report older than deviceHealth.unhealthyHoldTime).",
 		[]string{"driver", "pool", "node", "health"}, nil, metrics.ALPHA, "")
@@ -95,7 +103,7 @@ type Source interface {
 // never blanks the newer one's pools.
 func Export(source Source) (stop func()) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, Writes, RecomputeDuration)
+		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, Writes, RecomputeDuration, ConflictChecks)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
 	p := &source
@@ -112,6 +120,11 @@ func ObserveRecompute(_ drausage.PoolID, _ int, compute, delay time.Duration) {
 // ObserveWrite is a poolpublisher.Options.ObserveWrite function.
 func ObserveWrite(verb string) {
 	Writes.WithLabelValues(verb).Inc()
+}
+
+// ObserveConflictCheck is a conflictcheck.Options.Observe function.
+func ObserveConflictCheck(result string, n int) {
+	ConflictChecks.WithLabelValues(result).Add(float64(n))
 }
 
 // ObserveSync is a poolpublisher.Options.Observe function.
@@ -153,13 +166,10 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		} {
 			ch <- metrics.NewLazyConstMetric(devicesDesc, metrics.GaugeValue, float64(n), append(labels, string(state))...)
 		}
-		conflicts := 0
-		for _, e := range s.ValidationErrors {
-			if e.Kind == drausage.AllocationConflict {
-				conflicts++
-			}
+		conflicts := s.ConflictCounts()
+		for _, kind := range []drausage.ConflictKind{drausage.OverAllocatedDevice, drausage.OverConsumedCapacity, drausage.OverConsumedCounter} {
+			ch <- metrics.NewLazyConstMetric(conflictsDesc, metrics.GaugeValue, float64(conflicts[kind]), append(labels, string(kind))...)
 		}
-		ch <- metrics.NewLazyConstMetric(conflictsDesc, metrics.GaugeValue, float64(conflicts), labels...)
 		byHealth := map[v1.ResourceHealthStatus]int{v1.ResourceHealthStatusHealthy: 0, v1.ResourceHealthStatusUnhealthy: 0, v1.ResourceHealthStatusUnknown: 0}
 		for _, d := range s.Devices {
 			switch d.Health.Status {

@@ -43,10 +43,6 @@ type Source interface {
 	Subscribe(poolcache.Listener)
 }
 
-// ConflictReporter is told when a device of a pool newly appears in an
-// allocation conflict, so that it can record an event on the pool's slices.
-type ConflictReporter func(ctx context.Context, pool drausage.PoolID, message string)
-
 // Options configure a Publisher.
 type Options struct {
 	// MinInterval is the least time between two writes of one pool's object.
@@ -59,8 +55,6 @@ type Options struct {
 	// Synced reports whether the source has seen every existing slice and
 	// claim; orphaned objects are deleted only after that.
 	Synced func() bool
-	// ReportConflict, when set, is called for new allocation conflicts.
-	ReportConflict ConflictReporter
 	// Observe, when set, receives each sync's duration and error.
 	Observe func(duration time.Duration, err error)
 	// ObservePublished, when set, receives the delay from the oldest change
@@ -102,8 +96,6 @@ type term struct {
 	deleted sets.Set[types.UID]
 	// lastWrite per pool, for the minimum interval.
 	lastWrite map[drausage.PoolID]time.Time
-	// conflicts already reported, per pool.
-	conflicts map[drausage.PoolID]sets.Set[string]
 	// unpublishedSince: the oldest change of each pool not yet written.
 	unpublishedSince map[drausage.PoolID]time.Time
 	// crdGone is set when a write found the CRD no longer served: the term
@@ -222,7 +214,6 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		written:          map[drausage.PoolID]*v1alpha1.ResourcePool{},
 		deleted:          sets.New[types.UID](),
 		lastWrite:        map[drausage.PoolID]time.Time{},
-		conflicts:        map[drausage.PoolID]sets.Set[string]{},
 		unpublishedSince: map[drausage.PoolID]time.Time{},
 	}
 	if _, err := informer.AddEventHandler(p.watchHandler(t)); err != nil {
@@ -419,8 +410,6 @@ func (p *Publisher) sync(ctx context.Context, t *term, id drausage.PoolID) error
 		}
 		return p.delete(ctx, t, id, existing, "its pool is gone")
 	}
-	p.reportConflicts(ctx, t, snap)
-
 	var previous *v1alpha1.ResourcePoolStatus
 	if existing != nil {
 		previous = &existing.Status
@@ -466,7 +455,6 @@ func (p *Publisher) delete(ctx context.Context, t *term, id drausage.PoolID, obj
 		delete(t.lastWrite, id)
 	}
 	if p.source.Get(id) == nil {
-		delete(t.conflicts, id)
 		delete(t.unpublishedSince, id)
 	}
 	return nil
@@ -557,25 +545,4 @@ func (p *Publisher) nameFor(t *term, id drausage.PoolID) string {
 		}
 	}
 	return plain
-}
-
-// reportConflicts reports each device that newly entered an allocation
-// conflict, once per term.
-func (p *Publisher) reportConflicts(ctx context.Context, t *term, snap *poolcache.Snapshot) {
-	current := sets.New[string]()
-	for _, e := range snap.ValidationErrors {
-		if e.Kind == drausage.AllocationConflict {
-			current.Insert(e.Message)
-		}
-	}
-	p.mu.Lock()
-	reported := t.conflicts[snap.PoolID]
-	t.conflicts[snap.PoolID] = current
-	p.mu.Unlock()
-	if p.opts.ReportConflict == nil {
-		return
-	}
-	for _, msg := range sets.List(current.Difference(reported)) {
-		p.opts.ReportConflict(ctx, snap.PoolID, msg)
-	}
 }

@@ -69,21 +69,39 @@ func For(snap *drausage.PoolUsage, healthPolicy string, previous *v1alpha1.Resou
 			UnavailableDevices:        int32(s.Unavailable),
 			PartiallyAllocatedDevices: int32(s.PartiallyAllocated),
 		},
-		TruncatedErrorCount: int32(snap.TruncatedErrorCount),
-		ObservedSliceCount:  int32(snap.ObservedSlices),
-		ExpectedSliceCount:  int32(snap.ExpectedSlices),
-		ObservedGeneration:  snap.Generation,
-		LastUpdateTime:      &metav1.Time{Time: now.Truncate(time.Second)},
-		DeviceHealthPolicy:  healthPolicy,
+		ObservedSliceCount: int32(snap.ObservedSlices),
+		ExpectedSliceCount: int32(snap.ExpectedSlices),
+		ObservedGeneration: snap.Generation,
+		LastUpdateTime:     &metav1.Time{Time: now.Truncate(time.Second)},
+		DeviceHealthPolicy: healthPolicy,
 	}
 	status.Devices, status.TruncatedDeviceCount = listedDevices(snap.Devices)
 	// Missing slices are the Complete condition's business; Valid counts
-	// the other problems.
+	// the other problems. Conflicts follow the slices' problems within
+	// the same cap, and are counted apart in full.
 	var invalid []string
 	for _, e := range snap.ValidationErrors {
 		status.ValidationErrors = append(status.ValidationErrors, e.Message)
 		if e.Kind != drausage.MissingSlices {
 			invalid = append(invalid, e.Message)
+		}
+	}
+	truncated := snap.TruncatedErrorCount
+	for _, c := range snap.Conflicts {
+		if len(status.ValidationErrors) >= drausage.MaxValidationErrors {
+			truncated++
+			continue
+		}
+		status.ValidationErrors = append(status.ValidationErrors, c.Message)
+		invalid = append(invalid, c.Message)
+	}
+	status.TruncatedErrorCount = int32(truncated)
+	if len(snap.Conflicts) > 0 {
+		counts := snap.ConflictCounts()
+		status.Conflicts = &v1alpha1.AllocationConflicts{
+			OverAllocatedDevices: int32(counts[drausage.OverAllocatedDevice]),
+			OverConsumedCapacity: int32(counts[drausage.OverConsumedCapacity]),
+			OverConsumedCounters: int32(counts[drausage.OverConsumedCounter]),
 		}
 	}
 	var old []metav1.Condition
@@ -94,7 +112,7 @@ func For(snap *drausage.PoolUsage, healthPolicy string, previous *v1alpha1.Resou
 		condition(old, v1alpha1.ConditionComplete, snap.Complete(), "AllSlicesPresent", "SlicesMissing",
 			fmt.Sprintf("%d of %d slices at generation %d", snap.ObservedSlices, snap.ExpectedSlices, snap.Generation), now),
 		condition(old, v1alpha1.ConditionValid, snap.Valid(), "ValidationPassed", "ValidationFailed",
-			validMessage(invalid, snap.TruncatedErrorCount), now),
+			validMessage(invalid, truncated), now),
 	}
 	if previous != nil && Equal(previous, status) {
 		status.LastUpdateTime = previous.LastUpdateTime

@@ -2,6 +2,7 @@ package poolstatus
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,9 @@ func usage(complete, conflict bool) *drausage.PoolUsage {
 		u.ValidationErrors = append(u.ValidationErrors, drausage.ValidationError{Kind: drausage.MissingSlices, Message: "pool gpu.example.com/node-1 is incomplete: 1 of 2 slices at generation 3"})
 	}
 	if conflict {
-		u.ValidationErrors = append(u.ValidationErrors, drausage.ValidationError{Kind: drausage.AllocationConflict, Message: "device gpu.example.com/node-1/gpu-0 is allocated to 2 claims without admin access"})
+		u.Conflicts = append(u.Conflicts, drausage.Conflict{Kind: drausage.OverAllocatedDevice, Subject: "gpu-0",
+			Message: "device gpu.example.com/node-1/gpu-0 is allocated to 2 claims without admin access",
+			Claims:  []drausage.ClaimRef{{Namespace: "secret", Name: "a"}, {Namespace: "secret", Name: "b"}}})
 	}
 	return &u
 }
@@ -72,6 +75,35 @@ func TestStatusFor(t *testing.T) {
 	}
 	if len(changed.ValidationErrors) != 2 || !changed.LastUpdateTime.Time.Equal(t1) {
 		t.Errorf("validationErrors %q, lastUpdateTime %v", changed.ValidationErrors, changed.LastUpdateTime)
+	}
+	if got := changed.Conflicts; got == nil || *got != (v1alpha1.AllocationConflicts{OverAllocatedDevices: 1}) {
+		t.Errorf("conflicts %+v, want one over-allocated device", got)
+	}
+	if first.Conflicts != nil {
+		t.Errorf("conflicts %+v without any", first.Conflicts)
+	}
+}
+
+// Conflicts share the 10 messages with the slices' problems, but every one
+// is counted: in status.conflicts, and in truncatedErrorCount when left out.
+func TestEveryConflictIsCountedInStatus(t *testing.T) {
+	u := usage(true, false)
+	for i := range 9 {
+		u.ValidationErrors = append(u.ValidationErrors, drausage.ValidationError{Kind: drausage.DuplicateDevice, Message: fmt.Sprintf("duplicate %d", i)})
+	}
+	for i := range 12 {
+		u.Conflicts = append(u.Conflicts, drausage.Conflict{Kind: drausage.OverAllocatedDevice, Subject: fmt.Sprint(i), Message: fmt.Sprintf("conflict %d", i)})
+	}
+	u.Conflicts = append(u.Conflicts, drausage.Conflict{Kind: drausage.OverConsumedCounter, Subject: "gpu-0/memory", Message: "counter"})
+	status := For(u, "", nil, time.Now())
+	if len(status.ValidationErrors) != drausage.MaxValidationErrors || status.ValidationErrors[9] != "conflict 0" || status.TruncatedErrorCount != 12 {
+		t.Errorf("validationErrors %q, %d more: want 9 slice problems, the first conflict, and 12 counted", status.ValidationErrors, status.TruncatedErrorCount)
+	}
+	if got := *status.Conflicts; got != (v1alpha1.AllocationConflicts{OverAllocatedDevices: 12, OverConsumedCounters: 1}) {
+		t.Errorf("conflicts %+v, want 12 devices and 1 counter", got)
+	}
+	if valid := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionValid); valid.Status != metav1.ConditionFalse || !strings.Contains(valid.Message, "22 problem(s), 12 not listed") {
+		t.Errorf("Valid %+v", valid)
 	}
 }
 

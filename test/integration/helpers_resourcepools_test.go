@@ -95,13 +95,7 @@ func conditionIs(typ string, status metav1.ConditionStatus) func(*v1alpha1.Resou
 // would, without this scheduler's knowledge.
 func (s *scenario) allocateDirectly(claimName, pool, device string) {
 	s.t.Helper()
-	claim := s.getClaim(claimName)
-	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
-		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: driverName, Pool: pool, Device: device}},
-	}}
-	if _, err := env.client.ResourceV1().ResourceClaims(s.namespace).UpdateStatus(s.ctx, claim, metav1.UpdateOptions{}); err != nil {
-		s.t.Fatalf("writing the allocation of claim %s: %v", claimName, err)
-	}
+	s.allocate(claimName, resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: driverName, Pool: pool, Device: device})
 }
 
 // scrapeHistogramQuantiles returns the upper bounds of the buckets holding

@@ -161,6 +161,8 @@ func TestKubectlDRADescribePool(t *testing.T) {
 		{"Valid", "False", "ValidationFailed"},
 		{"Slices:", "1", "of", "1"},
 		{"device", driverName + "/" + node + "/gpu-0", "is", "allocated", "to", "2", "claims"},
+		{"Over-allocated", "Devices:", "1"},
+		{"Over-consumed", "Counters:", "0"},
 		{"gpu-0", "Allocated", "Unknown", ns + "/first,", ns + "/second"},
 		{"gpu-1", "Available", "Unknown", "<none>", "observed", "by", ns + "/monitor", "(admin", "access)"},
 		{"gpu-2", "Available", "Unknown", "<none>"},

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -132,22 +131,11 @@ func TestResourcePoolAllocationConflict(t *testing.T) {
 		t.Errorf("summary %+v: the conflicted device counts once", rp.Status.Summary)
 	}
 
-	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		events, err := env.client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + sliceName(node)})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range events.Items {
-			if e.Reason == "DeviceAllocationConflict" && e.Type == v1.EventTypeWarning && strings.Contains(e.Note, "gpu-0") {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Errorf("no DeviceAllocationConflict event on ResourceSlice %s: %v", sliceName(node), err)
+	if c := rp.Status.Conflicts; c == nil || c.OverAllocatedDevices != 1 || c.OverConsumedCapacity != 0 || c.OverConsumedCounters != 0 {
+		t.Errorf("status.conflicts %+v, want one over-allocated device", c)
 	}
-	if got := scrapeGauge(t, "drascope_resourcepool_allocation_conflicts", map[string]string{"pool": node}); got != 1 {
+	s.waitForConflictEvent(sliceName(node), "gpu-0", "confirmed from the API")
+	if got := scrapeGauge(t, "drascope_resourcepool_allocation_conflicts", map[string]string{"pool": node, "kind": "OverAllocatedDevice"}); got != 1 {
 		t.Errorf("drascope_resourcepool_allocation_conflicts for pool %s = %v, want 1", node, got)
 	}
 

@@ -37,8 +37,8 @@ const (
 	// generation is present (resourceSliceCount of them).
 	ConditionComplete = "Complete"
 	// ConditionValid is True when the pool's slices and allocations passed
-	// validation: no duplicate devices, no older slices left, no device held
-	// by more claims than it allows.
+	// validation: no duplicate devices, no older slices left, and no
+	// allocation conflict (see AllocationConflicts).
 	ConditionValid = "Valid"
 )
 
@@ -53,12 +53,17 @@ type ResourcePoolStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-	// ValidationErrors holds at most 10 problems found across the pool.
+	// ValidationErrors holds at most 10 problems found across the pool:
+	// the slices' first, then the allocation conflicts'.
 	// +optional
 	ValidationErrors []string `json:"validationErrors,omitempty"`
 	// TruncatedErrorCount counts the problems left out of ValidationErrors.
 	// +optional
 	TruncatedErrorCount int32 `json:"truncatedErrorCount,omitempty"`
+	// Conflicts counts every allocation conflict of the pool, however many
+	// ValidationErrors leaves out; absent when there is none.
+	// +optional
+	Conflicts *AllocationConflicts `json:"conflicts,omitempty"`
 	// ObservedSliceCount is how many slices of the current generation exist.
 	ObservedSliceCount int32 `json:"observedSliceCount"`
 	// ExpectedSliceCount is the pool's resourceSliceCount.
@@ -90,6 +95,26 @@ type ResourcePoolStatus struct {
 	// holds at most MaxDevices (Unhealthy and Unavailable ones first).
 	// +optional
 	TruncatedDeviceCount int32 `json:"truncatedDeviceCount,omitempty"`
+}
+
+// AllocationConflicts counts what the pool's claims hold beyond what its
+// devices allow, as when two schedulers allocated the same device at once.
+// The scheduler counts a conflict only after reading the claims involved
+// again from the API, so its own in-flight allocations and informer lag
+// never show here. It names no claim.
+type AllocationConflicts struct {
+	// OverAllocatedDevices counts devices held by more claims than they
+	// allow.
+	// +optional
+	OverAllocatedDevices int32 `json:"overAllocatedDevices,omitempty"`
+	// OverConsumedCapacity counts devices whose shares (consumable
+	// capacity) consume more than the device's capacity.
+	// +optional
+	OverConsumedCapacity int32 `json:"overConsumedCapacity,omitempty"`
+	// OverConsumedCounters counts shared counters (partitionable devices)
+	// that the allocated devices consume beyond their value.
+	// +optional
+	OverConsumedCounters int32 `json:"overConsumedCounters,omitempty"`
 }
 
 // MaxDevices is the most devices a ResourcePool status lists (the CRD's
