@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -69,6 +70,8 @@ type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	// stopped is set by Stop and Kill: an exit asked for is no failure.
+	stopped atomic.Bool
 }
 
 // Done closes when the process has exited.
@@ -80,6 +83,7 @@ func (p *Process) Err() error { return p.err }
 // Stop interrupts the process and waits for it to exit, killing it after
 // grace.
 func (p *Process) Stop(grace time.Duration) {
+	p.stopped.Store(true)
 	_ = p.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-p.done:
@@ -87,6 +91,14 @@ func (p *Process) Stop(grace time.Duration) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// Kill ends the process at once (SIGKILL), as a crash or an OOM kill would:
+// nothing it holds is released, and waits for it to exit.
+func (p *Process) Kill() {
+	p.stopped.Store(true)
+	_ = p.cmd.Process.Kill()
+	<-p.done
 }
 
 // BinPath finds a binary the Makefile builds.
@@ -195,16 +207,20 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 			return err
 		}
 	}
+	// A restarted apiserver keeps the key, so that tokens issued before
+	// stay valid, and its serving certificate (kept in cert-dir).
 	cp.saKeyFile = filepath.Join(cp.Dir, "sa.key")
-	if err := writeRSAKey(cp.saKeyFile); err != nil {
-		return err
+	if _, err := os.Stat(cp.saKeyFile); err != nil {
+		if err := writeRSAKey(cp.saKeyFile); err != nil {
+			return err
+		}
 	}
 	tokenFile := filepath.Join(cp.Dir, "tokens.csv")
 	if err := os.WriteFile(tokenFile, []byte(cp.adminToken+`,admin,admin,"system:masters"`+"\n"), 0o600); err != nil {
 		return err
 	}
 	certDir := filepath.Join(cp.Dir, "apiserver-certs")
-	if _, err := cp.Run("kube-apiserver", "kube-apiserver",
+	apiserver, err := cp.Run("kube-apiserver", "kube-apiserver",
 		"--etcd-servers="+cp.EtcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		// Required when advertising loopback; there is no Service endpoint to keep.
@@ -217,7 +233,8 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 		"--service-account-key-file="+cp.saKeyFile, "--service-account-signing-key-file="+cp.saKeyFile,
 		// Without a node lifecycle controller the not-ready taint it adds never goes away.
 		"--disable-admission-plugins=TaintNodesByCondition",
-	); err != nil {
+	)
+	if err != nil {
 		return err
 	}
 	cp.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
@@ -241,13 +258,52 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 		return err
 	}
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := cp.Exited(); err != nil {
-			return false, err
+		select {
+		case <-apiserver.Done():
+			return false, fmt.Errorf("kube-apiserver exited (%v); see %s", apiserver.Err(), apiserver.Log)
+		default:
 		}
 		status := 0
 		client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
 		return status == http.StatusOK, nil
 	})
+}
+
+// RestartAPIServer kills kube-apiserver (SIGKILL, as a crash would), waits
+// down, and starts it again on the same port with the same certificates,
+// keys and etcd data; it returns once the new one is ready.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	cp.mu.Lock()
+	var old *Process
+	for i, p := range cp.processes {
+		if p.Name == "kube-apiserver" {
+			old = p
+			cp.processes = append(cp.processes[:i], cp.processes[i+1:]...)
+			break
+		}
+	}
+	cp.mu.Unlock()
+	if old == nil {
+		return fmt.Errorf("no kube-apiserver is running")
+	}
+	_, portText, err := net.SplitHostPort(strings.TrimPrefix(cp.Host, "https://"))
+	if err != nil {
+		return err
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return err
+	}
+	old.Kill()
+	if err := os.Rename(old.Log, old.Log+"."+time.Now().Format("150405")); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	return cp.startAPIServer(ctx, port)
 }
 
 // StartControllerManager runs kube-controller-manager as the admin with only
@@ -282,11 +338,14 @@ func (cp *ControlPlane) LogPath(name string) string {
 	return filepath.Join(cp.Dir, name+".log")
 }
 
-// Exited reports a process that has died.
+// Exited reports a process that has died without being stopped.
 func (cp *ControlPlane) Exited() error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	for _, p := range cp.processes {
+		if p.stopped.Load() {
+			continue
+		}
 		select {
 		case <-p.done:
 			return fmt.Errorf("%s exited (%v); see %s", p.Name, p.err, p.Log)

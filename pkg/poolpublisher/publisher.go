@@ -148,13 +148,15 @@ func New(source Source, client versioned.Interface, opts Options) *Publisher {
 }
 
 // crdCheckInterval is how often a publisher without the CRD looks again:
-// one cheap List (a 404 while the CRD is missing) every 5s, so that pools
-// are published within seconds of the CRD being installed.
-const crdCheckInterval = 5 * time.Second
+// one cheap List (a 404 while the CRD is missing) a second, so that pools
+// match the claims within the recovery target (5s, docs/reliability.md)
+// of the CRD being installed again. A watch would need more RBAC
+// (customresourcedefinitions) for no fewer seconds.
+const crdCheckInterval = time.Second
 
 // Run publishes until ctx ends. Call it only in the process that leads
 // scheduling; it may be called again for a later term. Without the CRD
-// installed it logs one warning, looks again every 5s, and never disturbs
+// installed it logs one warning, looks again every second, and never disturbs
 // scheduling; a CRD deleted while publishing sends it back to that.
 func (p *Publisher) Run(ctx context.Context) {
 	for p.runTerm(ctx) && ctx.Err() == nil {

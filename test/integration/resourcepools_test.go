@@ -460,7 +460,7 @@ func TestResourcePoolRepairedAfterHandEdits(t *testing.T) {
 	})
 }
 
-// The CRD deleted while the scheduler publishes: every write would fail the
+// (d) of the fault tests (faults_test.go). The CRD deleted while the scheduler publishes: every write would fail the
 // same way, so the publisher goes back to waiting for the CRD (and says
 // so), scheduling goes on, and once the CRD is back the pools are published
 // again, without a restart. The test logs how long that took.
@@ -514,5 +514,7 @@ func TestPublishingResumesWhenTheCRDIsBack(t *testing.T) {
 	}
 	back := time.Now()
 	s.waitForResourcePool(poolObjectName(t, node), "published again once the CRD is back", summaryIs(2, 2, 0, 0))
-	t.Logf("ResourcePools published again %s after the CRD was re-created (the publisher looks for it every 5s)", time.Since(back).Round(100*time.Millisecond))
+	matched := s.waitForPoolsToMatchTheAPI([]string{node})
+	s.checkNoAllocationForPendingPods()
+	t.Logf("(d) ResourcePools matched the API %s after the CRD was re-created (the publisher looks for it every second)", since(back, matched))
 }

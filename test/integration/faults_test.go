@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// The fault tests end as every scenario does (no device in two claims), and
+// also check that no pending pod's claim kept an allocation and that every
+// ResourcePool equals a recount of the apiserver's slices and claims. They
+// log the recovery times docs/reliability.md quotes; timing goals are not
+// asserted here (see docs/development.md).
+
+// leaseTiming is short, so that a takeover takes seconds; the shipped
+// config keeps kube-scheduler's defaults (15s, 10s, 2s).
+const leaseTiming = "  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 500ms\n"
+
+// (a) Two replicas under leader election; the leader is killed (SIGKILL)
+// while 160 pods are being placed on 128 GPUs, and the standby finishes.
+// (c) Then the new leader's Lease is taken from it: it exits, as
+// kube-scheduler does on losing leadership; its replacement wins the Lease
+// once it expires, and places what was freed meanwhile.
+func TestLeaderFailoverMidBurst(t *testing.T) {
+	restartScheduler(t, func() {
+		ctx := context.Background()
+		previous := ""
+		if lease := schedulerLease(ctx); lease != nil {
+			previous = ptr.Deref(lease.Spec.HolderIdentity, "")
+		}
+		a := startReplica(t, "replica-a", leaseTiming)
+		leaderA, _ := waitForLeaseHolder(t, previous)
+		b := startReplica(t, "replica-b", leaseTiming)
+
+		s := newScenario(t, nil)
+		var pools []string
+		for i := range 16 {
+			pools = append(pools, s.addNode(fmt.Sprintf("n%02d", i), 8))
+		}
+		s.addClaimTemplate("gpu", false)
+		s.burst("pod", 160, schedulerName)
+		s.waitForBound(40)
+
+		bound, _, _ := s.placement()
+		killed := time.Now()
+		a.Kill()
+		leaderB, tookOver := waitForLeaseHolder(t, leaderA)
+		resumed := "none needed (all 128 placed by then)"
+		if now, _, _ := s.placement(); now < 128 {
+			resumed = since(killed, s.waitForBound(now+1)) + " after the kill"
+		}
+		settled := s.waitForSettled(160, 128)
+		matched := s.waitForPoolsToMatchTheAPI(pools)
+		s.checkNoAllocationForPendingPods()
+		t.Logf("leader killed with %d of 128 GPUs placed: Lease taken over after %s; next placement: %s; placement settled %s after the kill; ResourcePools matched the API %s after the last placement",
+			bound, since(killed, tookOver), resumed, since(killed, settled), since(settled, matched))
+
+		// (c) The Lease is taken from the new leader, as when it cannot
+		// renew in time.
+		lease := schedulerLease(ctx)
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.HolderIdentity = ptr.To("intruder")
+		lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
+		lease.Spec.LeaseDurationSeconds = ptr.To[int32](4)
+		if _, err := env.client.CoordinationV1().Leases(schedulerNamespace).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("taking the Lease from %s: %v", leaderB, err)
+		}
+		lost := time.Now()
+		select {
+		case <-b.Done():
+		case <-time.After(waitTimeout):
+			t.Fatalf("the replica that lost its Lease kept running")
+		}
+		exited := time.Now()
+		var exitErr *exec.ExitError
+		if !errors.As(b.Err(), &exitErr) || exitErr.ExitCode() == 0 || !strings.Contains(strings.ToLower(b.output()), "leaderelection lost") {
+			t.Errorf("the replica that lost its Lease: exit %v, want a non-zero exit after %q", b.Err(), "Leaderelection lost")
+		}
+
+		// While nobody leads, 16 pods finish: their GPUs are freed.
+		_, _, pods := s.placement()
+		deleted := 0
+		for _, pod := range pods {
+			if pod.Spec.NodeName == "" || deleted == 16 {
+				continue
+			}
+			if err := env.client.CoreV1().Pods(s.namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+			deleted++
+		}
+		startReplica(t, "replica-c", leaseTiming)
+		_, regained := waitForLeaseHolder(t, "intruder")
+		settled = s.waitForSettled(144, 128)
+		matched = s.waitForPoolsToMatchTheAPI(pools)
+		s.checkNoAllocationForPendingPods()
+		t.Logf("Lease taken from the leader: it exited after %s; its replacement led %s after the theft, placement settled %s after that; ResourcePools matched the API %s after the last placement",
+			since(lost, exited), since(lost, regained), since(regained, settled), since(settled, matched))
+	})
+}
+
+// (b) kube-apiserver is killed (SIGKILL) while 80 pods are being placed on
+// 64 GPUs by the in-process scheduler, and started again 2s later.
+func TestAPIServerRestartMidBurst(t *testing.T) {
+	s := newScenario(t, nil)
+	var pools []string
+	for i := range 8 {
+		pools = append(pools, s.addNode(fmt.Sprintf("n%d", i), 8))
+	}
+	s.addClaimTemplate("gpu", false)
+	s.burst("pod", 80, schedulerName)
+	s.waitForBound(16)
+
+	bound, _, _ := s.placement()
+	killed := time.Now()
+	if err := env.cp.RestartAPIServer(context.Background(), 2*time.Second); err != nil {
+		t.Fatalf("restarting kube-apiserver: %v", err)
+	}
+	ready := time.Now()
+	resumed := "none needed (all 64 placed by then)"
+	if now, _, _ := s.placement(); now < 64 {
+		resumed = since(ready, s.waitForBound(now+1)) + " later"
+	}
+	settled := s.waitForSettled(80, 64)
+	matched := s.waitForPoolsToMatchTheAPI(pools)
+	s.checkNoAllocationForPendingPods()
+	t.Logf("kube-apiserver killed with %d of 64 GPUs placed, ready again after %s; next placement: %s; placement settled %s after it was ready; ResourcePools matched the API %s after the last placement (%s after the apiserver was ready)",
+		bound, since(killed, ready), resumed, since(ready, settled), since(settled, matched), since(ready, matched))
+}
