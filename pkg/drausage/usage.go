@@ -467,6 +467,9 @@ func (d *device) conflicts(id PoolID, name string) []Conflict {
 		out = append(out, Conflict{Kind: OverAllocatedDevice, Subject: name,
 			Message: fmt.Sprintf("device %s/%s is %s", id, name, held), Claims: claimsOf(d.allocations)})
 	}
+	if d.shares == 0 {
+		return out
+	}
 	for _, capName := range sortedKeys(d.spec.Capacity) {
 		capacity := d.spec.Capacity[capName].Value
 		consumed, ok := d.consumed[capName]
