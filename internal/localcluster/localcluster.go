@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -275,10 +276,11 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration) error {
 	cp.mu.Lock()
 	var old *Process
+	index := 0
 	for i, p := range cp.processes {
 		if p.Name == "kube-apiserver" {
-			old = p
-			cp.processes = append(cp.processes[:i], cp.processes[i+1:]...)
+			old, index = p, i
+			cp.processes = slices.Delete(cp.processes, i, i+1)
 			break
 		}
 	}
@@ -303,7 +305,15 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 		return ctx.Err()
 	case <-time.After(down):
 	}
-	return cp.startAPIServer(ctx, port)
+	err = cp.startAPIServer(ctx, port)
+	// Back in its place, so that Stop still stops what depends on it first.
+	cp.mu.Lock()
+	if last := len(cp.processes) - 1; last >= index && cp.processes[last].Name == "kube-apiserver" {
+		restarted := cp.processes[last]
+		cp.processes = slices.Insert(slices.Delete(cp.processes, last, last+1), index, restarted)
+	}
+	cp.mu.Unlock()
+	return err
 }
 
 // StartControllerManager runs kube-controller-manager as the admin with only

@@ -2,14 +2,17 @@
 // side cache suspects before anything reports them. The cache counts the
 // scheduler's in-flight allocations and its informers' view, either of which
 // can show two claims on one device for a moment that never existed in the
-// API. A conflict counts once the claims involved, read again from the
-// apiserver (a quorum read), still over-use the device or counter.
+// API. A conflict counts once the claims involved, read from the apiserver
+// (quorum reads), over-use the device or counter, and a second read finds
+// each of them unchanged: the reads happen one after another, and unchanged
+// claims held their allocations together at the end of the first round.
 package conflictcheck
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +69,10 @@ type Checker struct {
 	// reported: keys of each pool's conflicts already reported, kept while
 	// the conflict stays suspected.
 	reported map[drausage.PoolID]sets.Set[string]
+	// queued: what each pool's unconfirmed conflicts were when last
+	// queued; a pool is checked at once only when that changes, and
+	// otherwise with backoff.
+	queued map[drausage.PoolID]string
 }
 
 // errUnconfirmed asks for the pool to be checked again later.
@@ -87,6 +94,7 @@ func New(cache *poolcache.Cache, getClaim GetClaim, opts Options) *Checker {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[drausage.PoolID](opts.RetryDelay, opts.MaxRetryDelay),
 			workqueue.TypedRateLimitingQueueConfig[drausage.PoolID]{Name: "drascope_conflict_check"}),
 		reported: map[drausage.PoolID]sets.Set[string]{},
+		queued:   map[drausage.PoolID]string{},
 	}
 }
 
@@ -123,22 +131,46 @@ func (c *Checker) Run(ctx context.Context) {
 	}
 }
 
-// changed queues pools with unconfirmed conflicts, and forgets what was
-// reported of conflicts that are gone.
+// changed queues pools whose unconfirmed conflicts are new, and forgets
+// what was reported of conflicts that are gone.
 func (c *Checker) changed(ids []drausage.PoolID) {
 	for _, id := range ids {
 		snap := c.cache.Get(id)
+		var unconfirmed []drausage.Conflict
+		if snap != nil {
+			unconfirmed = snap.Unconfirmed()
+		}
+		signature := signatureOf(unconfirmed)
 		c.mu.Lock()
 		if snap == nil || len(snap.Suspected) == 0 {
 			delete(c.reported, id)
 		} else if reported := c.reported[id]; reported != nil {
 			c.reported[id] = reported.Intersection(keys(snap.Suspected))
 		}
+		fresh := signature != "" && signature != c.queued[id]
+		if signature == "" {
+			delete(c.queued, id)
+		} else {
+			c.queued[id] = signature
+		}
 		c.mu.Unlock()
-		if snap != nil && len(snap.Suspected) > len(snap.Conflicts) {
+		if fresh {
 			c.queue.Add(id)
 		}
 	}
+}
+
+// signatureOf names a set of conflicts with the claims they involve.
+func signatureOf(conflicts []drausage.Conflict) string {
+	var b strings.Builder
+	for _, conflict := range conflicts {
+		b.WriteString(conflict.Key())
+		for _, ref := range conflict.Claims {
+			b.WriteString(" " + string(ref.UID))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // check confirms what it can of a pool's unconfirmed conflicts; it returns
@@ -148,13 +180,7 @@ func (c *Checker) check(ctx context.Context, id drausage.PoolID) error {
 	if snap == nil {
 		return nil
 	}
-	confirmed := keys(snap.Conflicts)
-	var unconfirmed []drausage.Conflict
-	for _, conflict := range snap.Suspected {
-		if !confirmed.Has(conflict.Key()) {
-			unconfirmed = append(unconfirmed, conflict)
-		}
-	}
+	unconfirmed := snap.Unconfirmed()
 	if len(unconfirmed) == 0 {
 		return nil
 	}
@@ -163,11 +189,22 @@ func (c *Checker) check(ctx context.Context, id drausage.PoolID) error {
 		return err
 	}
 	// The claims involved are enough: others can only add to an over-use.
-	recheck := keys(drausage.ComputePool(id, c.cache.Slices(id), claims, drausage.Options{}).Conflicts)
+	wanted := keys(unconfirmed)
 	var real []drausage.Conflict
-	for _, conflict := range unconfirmed {
-		if recheck.Has(conflict.Key()) {
+	for _, conflict := range drausage.ComputePool(id, c.cache.Slices(id), claims, drausage.Options{}).Conflicts {
+		if wanted.Has(conflict.Key()) {
 			real = append(real, conflict)
+		}
+	}
+	if len(real) > 0 {
+		again, err := c.readClaims(ctx, real)
+		if err != nil {
+			return err
+		}
+		if !unchanged(claims, again) {
+			// A claim changed between the reads: they may not have held
+			// their devices at one moment. Look again later.
+			real = nil
 		}
 	}
 	if c.opts.Observe != nil {
@@ -175,7 +212,7 @@ func (c *Checker) check(ctx context.Context, id drausage.PoolID) error {
 		c.opts.Observe(NotConfirmed, len(unconfirmed)-len(real))
 	}
 	if len(real) > 0 {
-		c.cache.Confirm(id, sets.List(keys(real))...)
+		c.cache.Confirm(id, real...)
 		c.report(ctx, id, real)
 	}
 	if len(real) < len(unconfirmed) {
@@ -184,6 +221,21 @@ func (c *Checker) check(ctx context.Context, id drausage.PoolID) error {
 		return errUnconfirmed
 	}
 	return nil
+}
+
+// unchanged reports whether every claim of again was read the first time
+// at the same resourceVersion.
+func unchanged(first, again []*resourceapi.ResourceClaim) bool {
+	versions := map[types.UID]string{}
+	for _, claim := range first {
+		versions[claim.UID] = claim.ResourceVersion
+	}
+	for _, claim := range again {
+		if v, ok := versions[claim.UID]; !ok || v != claim.ResourceVersion {
+			return false
+		}
+	}
+	return true
 }
 
 // readClaims reads every claim the conflicts involve from the apiserver;
@@ -212,15 +264,22 @@ func (c *Checker) readClaims(ctx context.Context, conflicts []drausage.Conflict)
 	return claims, nil
 }
 
+// report reports each conflict not reported yet while it lasts, and only
+// while the cache still suspects it: a record of one that ended meanwhile
+// would silence its next occurrence.
 func (c *Checker) report(ctx context.Context, id drausage.PoolID, conflicts []drausage.Conflict) {
 	logger := klog.FromContext(ctx)
 	c.mu.Lock()
+	var suspected sets.Set[string]
+	if snap := c.cache.Get(id); snap != nil {
+		suspected = keys(snap.Suspected)
+	}
 	if c.reported[id] == nil {
 		c.reported[id] = sets.New[string]()
 	}
 	var fresh []drausage.Conflict
 	for _, conflict := range conflicts {
-		if !c.reported[id].Has(conflict.Key()) {
+		if suspected.Has(conflict.Key()) && !c.reported[id].Has(conflict.Key()) {
 			c.reported[id].Insert(conflict.Key())
 			fresh = append(fresh, conflict)
 		}

@@ -139,3 +139,72 @@ func TestGoneClaimsDoNotConfirm(t *testing.T) {
 		t.Errorf("reported %+v: only one of the claims still holds the device", o.reported)
 	}
 }
+
+// Claims read one after another may not have held their devices at the
+// same moment: a claim that changed between two reads confirms nothing.
+func TestClaimsChangedBetweenReadsDoNotConfirm(t *testing.T) {
+	cache := poolcache.New(poolcache.Options{})
+	cache.SetSlice(&resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: pool.Driver, Pool: resourceapi.ResourcePool{Name: pool.Pool, Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "gpu-0"}}},
+	})
+	cache.SetClaim(claim("first", true))
+	cache.SetClaim(claim("second", true))
+	cache.Sync()
+	a := api{"ns/first": claim("first", true), "ns/second": claim("second", true)}
+	reads := 0
+	moving := func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+		c, err := a.get(ctx, namespace, name)
+		if reads++; err == nil && reads > 2 {
+			c.ResourceVersion = "2" // written again since the first read
+		}
+		return c, err
+	}
+	checker := New(cache, moving, Options{})
+	if err := checker.check(context.Background(), pool); err != errUnconfirmed {
+		t.Fatalf("check: %v, want errUnconfirmed", err)
+	}
+	cache.Sync()
+	if s, c := conflictsIn(cache); s != 1 || c != 0 {
+		t.Errorf("suspected %d, confirmed %d; want 1 and 0", s, c)
+	}
+}
+
+// A pool checked again only when what is unconfirmed changes: recomputes
+// that leave it as it was wait for the backoff.
+func TestPoolsAreQueuedWhenTheirUnconfirmedConflictsChange(t *testing.T) {
+	cache := poolcache.New(poolcache.Options{})
+	cache.SetSlice(&resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: pool.Driver, Pool: resourceapi.ResourcePool{Name: pool.Pool, Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "gpu-0"}, {Name: "gpu-1"}}},
+	})
+	checker := New(cache, api{}.get, Options{})
+	defer checker.queue.ShutDown()
+	cache.Subscribe(checker.changed)
+	cache.SetClaim(claim("first", true))
+	cache.SetClaim(claim("second", true))
+	cache.Sync()
+	if n := checker.queue.Len(); n != 1 {
+		t.Fatalf("queued %d pools after a new conflict, want 1", n)
+	}
+	id, _ := checker.queue.Get()
+	checker.queue.Done(id)
+
+	// Another claim, on another device: the same conflict, not queued again.
+	other := claim("third", true)
+	other.Status.Allocation.Devices.Results[0].Device = "gpu-1"
+	cache.SetClaim(other)
+	cache.Sync()
+	if n := checker.queue.Len(); n != 0 {
+		t.Errorf("queued %d pools although the unconfirmed conflicts did not change", n)
+	}
+
+	// A third holder of gpu-0 changes it.
+	cache.PendingAllocation(claim("fourth", true))
+	cache.Sync()
+	if n := checker.queue.Len(); n != 1 {
+		t.Errorf("queued %d pools after a claim joined the conflict, want 1", n)
+	}
+}

@@ -485,11 +485,12 @@ func (d *device) conflicts(id PoolID, name string) []Conflict {
 
 // counterConflicts reports each shared counter that the pool's allocated
 // devices consume more of than it holds. Withheld devices do not count
-// here: nobody holds them.
+// here: nobody holds them. A device allowing multiple allocations consumes
+// its counters once, however many shares it has, as upstream counts it.
 func counterConflicts(current []*resourceapi.ResourceSlice, devices map[string]*device) []Conflict {
 	type use struct {
 		value, consumed resource.Quantity
-		claims          []ClaimRef
+		devices         []*device
 	}
 	uses := map[counterKey]*use{}
 	for _, slice := range current {
@@ -510,7 +511,7 @@ func counterConflicts(current []*resourceapi.ResourceSlice, devices map[string]*
 			for name, counter := range consumption.Counters {
 				if u, ok := uses[counterKey{consumption.CounterSet, name}]; ok {
 					u.consumed.Add(counter.Value)
-					u.claims = append(u.claims, claimsOf(d.allocations)...)
+					u.devices = append(u.devices, d)
 				}
 			}
 		}
@@ -520,22 +521,32 @@ func counterConflicts(current []*resourceapi.ResourceSlice, devices map[string]*
 		if u.consumed.Cmp(u.value) <= 0 {
 			continue
 		}
-		slices.SortFunc(u.claims, func(a, b ClaimRef) int { return cmp.Compare(a.UID, b.UID) })
+		var claims []ClaimRef
+		for _, d := range u.devices {
+			claims = append(claims, claimsOf(d.allocations)...)
+		}
 		out = append(out, Conflict{Kind: OverConsumedCounter, Subject: key.set + "/" + key.counter,
 			Message: fmt.Sprintf("counter %s/%s: allocated devices consume %s of %s", key.set, key.counter, u.consumed.String(), u.value.String()),
-			Claims:  slices.CompactFunc(u.claims, func(a, b ClaimRef) bool { return a.UID == b.UID })})
+			Claims:  sortedClaims(claims)})
 	}
 	return out
 }
 
+// claimsOf returns the claims of allocations, each once, in name order
+// (the order of the claims fed in is not stable).
 func claimsOf(allocations []Allocation) []ClaimRef {
 	refs := make([]ClaimRef, 0, len(allocations))
 	for _, a := range allocations {
-		if !slices.Contains(refs, a.Claim) {
-			refs = append(refs, a.Claim)
-		}
+		refs = append(refs, a.Claim)
 	}
-	return refs
+	return sortedClaims(refs)
+}
+
+func sortedClaims(refs []ClaimRef) []ClaimRef {
+	slices.SortFunc(refs, func(a, b ClaimRef) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
+	})
+	return slices.Compact(refs)
 }
 
 // partiallyConsumed reports whether a shared device can take more: some of

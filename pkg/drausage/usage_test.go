@@ -251,6 +251,20 @@ func TestComputePoolUsage(t *testing.T) {
 			wantConflicts: []string{"OverConsumedCounter/gpu-0/mem"},
 			complete:      true, valid: false,
 		},
+		"a device allowing multiple allocations consumes its counters once, however many shares": {
+			slices: []*resourceapi.ResourceSlice{counters, slice("node-1-devices", "node-1", 1, 2, func() resourceapi.Device {
+				d := partition("whole", "4")
+				d.AllowMultipleAllocations = ptr.To(true)
+				return d
+			}())},
+			claims: []*resourceapi.ResourceClaim{
+				allocated("a", share(onDevice("node-1", "whole"), "1")),
+				allocated("b", share(onDevice("node-1", "whole"), "2")),
+			},
+			wantStates: map[string]string{"whole": "PartiallyAllocated"},
+			wantSum:    Summary{Total: 1, Allocated: 1, PartiallyAllocated: 1},
+			complete:   true, valid: true,
+		},
 		"one claim per device of a counter set is no conflict, nor is consuming it exactly": {
 			slices: []*resourceapi.ResourceSlice{counters, partitions},
 			claims: []*resourceapi.ResourceClaim{

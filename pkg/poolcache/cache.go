@@ -12,6 +12,7 @@ package poolcache
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,9 +28,9 @@ import (
 )
 
 // Snapshot is the availability of one pool at one point. Its Conflicts are
-// only those confirmed (Cache.Confirm); Suspected holds every conflict the
-// cache's own view shows, which its lag or in-flight allocations can make
-// up.
+// only those confirmed (Cache.Confirm) with the claims they now involve;
+// Suspected holds every conflict the cache's own view shows, which its lag
+// or in-flight allocations can make up.
 type Snapshot struct {
 	drausage.PoolUsage
 	// Suspected are the conflicts computed from the cache's inputs,
@@ -82,9 +83,10 @@ type Cache struct {
 	claimPools   map[types.UID][]drausage.PoolID
 	claimsByPool map[drausage.PoolID]sets.Set[types.UID]
 	taintRules   map[string]*resourceapi.DeviceTaintRule
-	// confirmed holds the keys of each pool's confirmed conflicts; a key
-	// is dropped once the conflict is no longer suspected.
-	confirmed map[drausage.PoolID]sets.Set[string]
+	// confirmed holds, per pool and conflict key, the claims the API
+	// showed taking part; a key is dropped once the conflict is no longer
+	// suspected.
+	confirmed map[drausage.PoolID]map[string]sets.Set[types.UID]
 	// dirty pools and when their oldest unreflected change happened.
 	dirty     map[drausage.PoolID]time.Time
 	snapshots map[drausage.PoolID]*Snapshot
@@ -106,7 +108,7 @@ func New(opts Options) *Cache {
 		claimPools:   map[types.UID][]drausage.PoolID{},
 		claimsByPool: map[drausage.PoolID]sets.Set[types.UID]{},
 		taintRules:   map[string]*resourceapi.DeviceTaintRule{},
-		confirmed:    map[drausage.PoolID]sets.Set[string]{},
+		confirmed:    map[drausage.PoolID]map[string]sets.Set[types.UID]{},
 		dirty:        map[drausage.PoolID]time.Time{},
 		snapshots:    map[drausage.PoolID]*Snapshot{},
 	}
@@ -142,16 +144,34 @@ func (c *Cache) List() []*Snapshot {
 	return out
 }
 
-// Confirm records that conflicts of a pool (by drausage.Conflict.Key) were
-// checked against the API and are real; the pool's next snapshot reports
-// them, for as long as they stay suspected.
-func (c *Cache) Confirm(id drausage.PoolID, keys ...string) {
+// Confirm records that conflicts of a pool were checked against the API and
+// are real, with the claims the API showed taking part. Later snapshots
+// report a conflict while it stays suspected and involves no claim beyond
+// those; one that is no longer suspected now is not recorded.
+func (c *Cache) Confirm(id drausage.PoolID, conflicts ...drausage.Conflict) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.confirmed[id] == nil {
-		c.confirmed[id] = sets.New[string]()
+	snap := c.snapshots[id]
+	if snap == nil {
+		return
 	}
-	c.confirmed[id].Insert(keys...)
+	suspected := sets.New[string]()
+	for _, conflict := range snap.Suspected {
+		suspected.Insert(conflict.Key())
+	}
+	for _, conflict := range conflicts {
+		if !suspected.Has(conflict.Key()) {
+			continue
+		}
+		if c.confirmed[id] == nil {
+			c.confirmed[id] = map[string]sets.Set[types.UID]{}
+		}
+		uids := sets.New[types.UID]()
+		for _, ref := range conflict.Claims {
+			uids.Insert(ref.UID)
+		}
+		c.confirmed[id][conflict.Key()] = uids
+	}
 	c.markLocked(id)
 }
 
@@ -477,6 +497,7 @@ func (c *Cache) Sync() []drausage.PoolID {
 			delete(c.snapshots, in.id)
 			delete(c.confirmed, in.id)
 		default:
+			delete(c.confirmed, in.id)
 			continue
 		}
 		changed = append(changed, in.id)
@@ -493,24 +514,49 @@ func (c *Cache) Sync() []drausage.PoolID {
 }
 
 // keepConfirmedLocked reports in the snapshot only the suspected conflicts
-// that were confirmed, and forgets confirmations of conflicts that are gone,
-// so that one coming back is checked again.
+// that were confirmed with every claim they now involve, and forgets
+// confirmations of conflicts that are gone, so that one coming back is
+// checked again.
 func (c *Cache) keepConfirmedLocked(snap *Snapshot) {
 	confirmed := c.confirmed[snap.PoolID]
 	snap.Conflicts = nil
-	if confirmed.Len() == 0 {
+	if len(confirmed) == 0 {
 		return
 	}
-	still := sets.New[string]()
+	still := map[string]sets.Set[types.UID]{}
 	for _, conflict := range snap.Suspected {
-		if confirmed.Has(conflict.Key()) {
-			snap.Conflicts = append(snap.Conflicts, conflict)
-			still.Insert(conflict.Key())
+		uids, ok := confirmed[conflict.Key()]
+		if !ok {
+			continue
 		}
+		still[conflict.Key()] = uids
+		if slices.ContainsFunc(conflict.Claims, func(ref drausage.ClaimRef) bool { return !uids.Has(ref.UID) }) {
+			// A claim joined since: check again.
+			continue
+		}
+		snap.Conflicts = append(snap.Conflicts, conflict)
 	}
-	if still.Len() == 0 {
+	if len(still) == 0 {
 		delete(c.confirmed, snap.PoolID)
 		return
 	}
 	c.confirmed[snap.PoolID] = still
+}
+
+// Unconfirmed returns the suspected conflicts not reported as confirmed.
+func (s *Snapshot) Unconfirmed() []drausage.Conflict {
+	if len(s.Suspected) == len(s.Conflicts) {
+		return nil
+	}
+	confirmed := sets.New[string]()
+	for _, conflict := range s.Conflicts {
+		confirmed.Insert(conflict.Key())
+	}
+	var out []drausage.Conflict
+	for _, conflict := range s.Suspected {
+		if !confirmed.Has(conflict.Key()) {
+			out = append(out, conflict)
+		}
+	}
+	return out
 }

@@ -253,3 +253,43 @@ func TestInvalidateRecomputesWithNewHealth(t *testing.T) {
 		t.Errorf("unavailable %d after gpu-1 turned Unhealthy, want 1", got)
 	}
 }
+
+// A confirmation counts for the conflict as confirmed: not for one that
+// ended before it arrived, nor once another claim joins.
+func TestConfirmedConflicts(t *testing.T) {
+	c := New(Options{})
+	c.SetSlice(slice("a", "node-a", "gpu-0"))
+	c.SetClaim(claim("x", "10", pool("node-a")))
+	c.SetClaim(claim("y", "11", pool("node-a")))
+	c.Sync()
+	suspected := c.Get(pool("node-a")).Suspected
+	if len(suspected) != 1 {
+		t.Fatalf("suspected %v, want one conflict", suspected)
+	}
+	c.Confirm(pool("node-a"), suspected[0])
+	c.Sync()
+	if got := c.Get(pool("node-a")).Conflicts; len(got) != 1 {
+		t.Fatalf("confirmed %v, want the conflict", got)
+	}
+
+	// A third holder: unconfirmed until checked again.
+	c.SetClaim(claim("z", "12", pool("node-a")))
+	c.Sync()
+	snap := c.Get(pool("node-a"))
+	if len(snap.Conflicts) != 0 || len(snap.Unconfirmed()) != 1 {
+		t.Errorf("after a claim joined: confirmed %v, unconfirmed %v; want none and one", snap.Conflicts, snap.Unconfirmed())
+	}
+
+	// The conflict ends; a confirmation arriving late does not bring it
+	// back when it returns.
+	late := c.Get(pool("node-a")).Suspected[0]
+	c.DeleteClaim(claim("y", "13"))
+	c.DeleteClaim(claim("z", "14"))
+	c.Sync()
+	c.Confirm(pool("node-a"), late)
+	c.SetClaim(claim("y2", "15", pool("node-a")))
+	c.Sync()
+	if got := c.Get(pool("node-a")).Conflicts; len(got) != 0 {
+		t.Errorf("a conflict back again is confirmed without a check: %v", got)
+	}
+}

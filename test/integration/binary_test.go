@@ -3,15 +3,11 @@ package integration
 import (
 	"errors"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/drascope/drascope/internal/localcluster"
 )
 
 // Invalid DRAScope args stop bin/drascope-scheduler at start: exit code
@@ -95,27 +91,8 @@ func TestSchedulerBinaryAdminAccessGateOff(t *testing.T) {
 	// this binary, elected on the shipped lease, is the only one that
 	// schedules, publishes ResourcePools and writes.
 	restartScheduler(t, func() {
-		port, err := localcluster.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := startSchedulerBinary("drascope-scheduler-gate-off",
-			"--config="+config,
-			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-			"--cert-dir="+filepath.Join(env.cp.Dir, "gate-off-certs"),
-			"--authentication-kubeconfig="+env.schedulerKubeconfig,
-			"--authorization-kubeconfig="+env.schedulerKubeconfig,
-			"--emulated-version=1.35", "--feature-gates=DRAAdminAccess=false",
-		)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			b.stop()
-			if t.Failed() {
-				t.Logf("drascope-scheduler output (last lines):\n%s", tail(b.output(), 60))
-			}
-		})
+		b, _ := runSchedulerBinary(t, "drascope-scheduler-gate-off", config,
+			"--emulated-version=1.35", "--feature-gates=DRAAdminAccess=false")
 
 		s := newScenario(t, adminNamespaceLabels)
 		node := s.addNode("gpus", 2)

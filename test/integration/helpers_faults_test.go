@@ -3,9 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -16,10 +14,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
-	"github.com/drascope/drascope/internal/localcluster"
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/poolstatus"
 )
+
+// gpuNodes adds n nodes of gpus GPUs each, and the claim template "gpu";
+// it returns the nodes, which are also the pools.
+func (s *scenario) gpuNodes(n, gpus int) []string {
+	s.t.Helper()
+	var nodes []string
+	for i := range n {
+		nodes = append(nodes, s.addNode(fmt.Sprintf("n%02d", i), gpus))
+	}
+	s.addClaimTemplate("gpu", false)
+	return nodes
+}
 
 // burst creates n pods for scheduler, each with its own claim from the
 // template "gpu", named <prefix>-<i>.
@@ -79,6 +88,29 @@ func (s *scenario) waitForSettled(pods, gpus int) time.Time {
 		s.t.Fatalf("placement did not settle: %d bound, %d unschedulable of %d pods on %d GPUs", bound, unschedulable, pods, gpus)
 	}
 	return time.Now()
+}
+
+// recovered is how placement and ResourcePools came back after a fault.
+type recovered struct {
+	// next is how long after the fault the next pod was placed.
+	next             string
+	settled, matched time.Time
+}
+
+// recoverAfter waits, after a fault that ended at from, for the next
+// placement, for placement to settle (pods on gpus GPUs) and for every
+// pool's ResourcePool to match the API; then it checks that no pending
+// pod's claim holds anything.
+func (s *scenario) recoverAfter(from time.Time, pods, gpus int, pools []string) recovered {
+	s.t.Helper()
+	r := recovered{next: fmt.Sprintf("none needed (all %d placed by then)", gpus)}
+	if now, _, _ := s.placement(); now < gpus {
+		r.next = since(from, s.waitForBound(now+1)) + " later"
+	}
+	r.settled = s.waitForSettled(pods, gpus)
+	r.matched = s.waitForPoolsToMatchTheAPI(pools)
+	s.checkNoAllocationForPendingPods()
+	return r
 }
 
 // checkNoAllocationForPendingPods: a pod that is not bound holds no
@@ -172,30 +204,7 @@ func startReplica(t *testing.T, name string, lease string) *schedulerBinary {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := localcluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := startSchedulerBinary(name,
-		"--config="+config,
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(env.cp.Dir, name+"-certs"),
-		"--authentication-kubeconfig="+env.schedulerKubeconfig,
-		"--authorization-kubeconfig="+env.schedulerKubeconfig,
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		select {
-		case <-b.Done():
-		default:
-			b.stop()
-		}
-		if t.Failed() {
-			t.Logf("%s output (last lines):\n%s", name, tail(b.output(), 40))
-		}
-	})
+	b, _ := runSchedulerBinary(t, name, config)
 	return b
 }
 

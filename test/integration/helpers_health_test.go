@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -195,26 +194,7 @@ func startHealthScheduler(t *testing.T, name, deviceHealth string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := localcluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := startSchedulerBinary(name,
-		"--config="+config, "--leader-elect=false",
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(env.cp.Dir, name+"-certs"),
-		"--authentication-kubeconfig="+env.schedulerKubeconfig,
-		"--authorization-kubeconfig="+env.schedulerKubeconfig,
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		b.stop()
-		if t.Failed() {
-			t.Logf("%s output (last lines):\n%s", name, tail(b.output(), 60))
-		}
-	})
+	b, port := runSchedulerBinary(t, name, config, "--leader-elect=false")
 	if err := localcluster.WaitForURL(context.Background(), "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", insecureClient(), name, b.Log); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -107,6 +108,40 @@ func startSchedulerBinary(name string, args ...string) (*schedulerBinary, error)
 		return nil, err
 	}
 	return &schedulerBinary{p}, nil
+}
+
+// runSchedulerBinary runs bin/drascope-scheduler with a config file as a
+// Deployment's replica would: serving /healthz and /metrics on a free
+// loopback port behind the ServiceAccount's delegated authentication, with
+// any further args. It is stopped when the test ends (unless it exited),
+// and its last lines are logged if the test failed.
+func runSchedulerBinary(t *testing.T, name, config string, args ...string) (*schedulerBinary, int) {
+	t.Helper()
+	port, err := localcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := startSchedulerBinary(name, append([]string{
+		"--config=" + config,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(env.cp.Dir, name+"-certs"),
+		"--authentication-kubeconfig=" + env.schedulerKubeconfig,
+		"--authorization-kubeconfig=" + env.schedulerKubeconfig,
+	}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-b.Done():
+		default:
+			b.stop()
+		}
+		if t.Failed() {
+			t.Logf("%s output (last lines):\n%s", name, tail(b.output(), 60))
+		}
+	})
+	return b, port
 }
 
 // stop asks the scheduler to terminate, as the kubelet would, and waits.

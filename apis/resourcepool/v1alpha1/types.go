@@ -99,9 +99,10 @@ type ResourcePoolStatus struct {
 
 // AllocationConflicts counts what the pool's claims hold beyond what its
 // devices allow, as when two schedulers allocated the same device at once.
-// The scheduler counts a conflict only after reading the claims involved
-// again from the API, so its own in-flight allocations and informer lag
-// never show here. It names no claim.
+// The scheduler counts a conflict only once the claims involved, read from
+// the API and read again unchanged, over-use the device or counter: what
+// only its own in-flight allocations or informer lag show is not counted.
+// It names no claim.
 type AllocationConflicts struct {
 	// OverAllocatedDevices counts devices held by more claims than they
 	// allow.
