@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/internal/localcluster"
 	"github.com/drascope/drascope/manifests"
@@ -263,7 +265,7 @@ func (d *demo) daemonSet(ctx context.Context, namespace string, gated bool) erro
 	if err := d.template(ctx, namespace, true); err != nil {
 		return err
 	}
-	d.say("$ kubectl apply -n %s -f manifests/examples/demo/gpu-monitor.yaml   # claim template with adminAccess: true, allocationMode: All, and a DaemonSet", namespace)
+	d.say("$ kubectl apply -n %s -f manifests/examples/demo/gpu-monitor.yaml   # claim template with adminAccess: true, allocationMode: All over GPUs and partitions, and a DaemonSet", namespace)
 	ds, err := demoObject[*appsv1.DaemonSet]("gpu-monitor.yaml")
 	if err != nil {
 		return err
@@ -276,6 +278,9 @@ func (d *demo) daemonSet(ctx context.Context, namespace string, gated bool) erro
 }
 
 func (d *demo) monitor(ctx context.Context) error {
+	if err := d.usePartitionableGPU(ctx, d.nodes[0]); err != nil {
+		return err
+	}
 	if err := d.namespace(ctx, "monitoring", map[string]string{resourceapi.DRAAdminNamespaceLabelKey: "true"}); err != nil {
 		return err
 	}
@@ -286,13 +291,69 @@ func (d *demo) monitor(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.say("%d monitoring pods run, one per node, %s (all %d GPUs allocated) included", len(pods), d.nodes[0], d.gpus)
+	d.say("%d monitoring pods run, one per node, %s (all %d GPUs and its partitionable GPU allocated) included", len(pods), d.nodes[0], d.gpus)
+	if err := d.observesWholePartition(ctx, pods, d.nodes[0]); err != nil {
+		return err
+	}
 	// Admin access observes; it takes nothing.
-	if err := d.waitAllocated(ctx, d.gpus+d.gpus/2); err != nil {
+	if err := d.waitAllocated(ctx, d.gpus+d.gpus/2+1); err != nil {
 		return err
 	}
 	_, err = d.kubectlDRA("pools")
 	return err
+}
+
+// usePartitionableGPU runs partition-user.yaml on node: it takes the whole
+// partitionable GPU, so that the GPU's shared counters are used up.
+func (d *demo) usePartitionableGPU(ctx context.Context, node string) error {
+	d.say("$ kubectl apply -n training -f manifests/examples/demo/partition-user.yaml   # the whole 80Gi partition of %s's partitionable GPU", node)
+	template, err := demoObject[*resourceapi.ResourceClaimTemplate]("partition-user.yaml")
+	if err != nil {
+		return err
+	}
+	if _, err := d.client.ResourceV1().ResourceClaimTemplates("training").Create(ctx, template, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	pod, err := demoObject[*v1.Pod]("partition-user.yaml")
+	if err != nil {
+		return err
+	}
+	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+	if _, err := d.client.CoreV1().Pods("training").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	_, err = d.waitRunning(ctx, "training", "app=partition-user", 1)
+	return err
+}
+
+// observesWholePartition checks that the monitoring pod on node got admin
+// access to every partition of its partitionable GPU, the whole one that a
+// workload fully uses included: upstream 1.37 refuses that
+// (kubernetes/kubernetes#140729).
+func (d *demo) observesWholePartition(ctx context.Context, pods []v1.Pod, node string) error {
+	for _, pod := range pods {
+		if pod.Spec.NodeName != node || len(pod.Status.ResourceClaimStatuses) == 0 || pod.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+			continue
+		}
+		claim, err := d.client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *pod.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var partitions []string
+		if claim.Status.Allocation != nil {
+			for _, r := range claim.Status.Allocation.Devices.Results {
+				if r.Request == "partitions" && ptr.Deref(r.AdminAccess, false) {
+					partitions = append(partitions, r.Device)
+				}
+			}
+		}
+		if !slices.Contains(partitions, "pgpu-whole") || len(partitions) != 3 {
+			return fmt.Errorf("monitoring pod %s on %s observes partitions %v, want pgpu-whole and both halves with admin access", pod.Name, node, partitions)
+		}
+		d.say("monitoring pod %s observes %s's partitions %s with admin access, although training/partition-user uses them all (upstream 1.37 refuses this: kubernetes/kubernetes#140729)", pod.Name, node, strings.Join(partitions, ", "))
+		return nil
+	}
+	return fmt.Errorf("no monitoring pod with a claim runs on %s", node)
 }
 
 func (d *demo) monitorUnlabelled(ctx context.Context) error {

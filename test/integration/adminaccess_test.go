@@ -96,3 +96,45 @@ func TestAdminAccessRequiresNamespaceLabel(t *testing.T) {
 		t.Errorf("monitor-pending's allocation result has adminAccess %v, want true", result.AdminAccess)
 	}
 }
+
+// KEP-5018 on a partitionable GPU (kubernetes/kubernetes#140729, which
+// drascope works around): a workload uses the whole GPU; a monitor with
+// admin access still gets it, and uses none of its counters up: a workload
+// asking for a partition still waits. Taints still apply to admin access,
+// and a claim mixing admin and ordinary requests keeps upstream's counters
+// and says so.
+func TestAdminAccessOnAFullyUsedPartitionableGPU(t *testing.T) {
+	s := newScenario(t, adminNamespaceLabels)
+	node := s.addNode("gpu", 0)
+	pool := s.addPartitionablePool("gpu", &node, map[string]resourceapi.DeviceTaint{
+		"half-b": {Key: "maintenance", Value: "fan", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+	})
+
+	s.addClaimFor("workload", partitionRequest("gpu", "whole", false))
+	s.addPod("workload", schedulerName, fromClaim("workload"))
+	s.waitForPodScheduled("workload")
+
+	s.addClaimFor("monitor", partitionRequest("gpu", "whole", true))
+	s.addPod("monitor", schedulerName, fromClaim("monitor"))
+	pod := s.waitForPodScheduled("monitor")
+	if result := s.allocatedDevice(s.podClaim(pod)); result.Device != "whole" || result.Pool != pool || !ptr.Deref(result.AdminAccess, false) {
+		t.Errorf("monitor's allocation %+v: want the whole GPU of %s with adminAccess", result, pool)
+	}
+
+	// The counters really are used up, by the workload alone.
+	s.addClaimFor("partition", partitionRequest("gpu", "half-a", false))
+	s.addPod("partition", schedulerName, fromClaim("partition"))
+	s.waitForPodUnschedulable("partition", "cannot allocate all claims")
+	s.waitForResourcePool(poolObjectName(t, pool), "the whole GPU allocated once, the halves out of counters", summaryIs(3, 1, 0, 2))
+
+	// Taints apply to admin access too.
+	s.addClaimFor("monitor-tainted", partitionRequest("gpu", "half-b", true))
+	s.addPod("monitor-tainted", schedulerName, fromClaim("monitor-tainted"))
+	s.waitForPodUnschedulable("monitor-tainted", "cannot allocate all claims")
+
+	// Admin access and an ordinary request in one claim: upstream's
+	// counters, and the pod says so.
+	s.addClaimFor("mixed", partitionRequest("observe", "whole", true), partitionRequest("use", "half-a", false))
+	s.addPod("mixed", schedulerName, fromClaim("mixed"))
+	s.waitForPodUnschedulable("mixed", "cannot allocate all claims", "kubernetes/kubernetes#140729")
+}

@@ -35,7 +35,7 @@ func TestConflictsAreCountedWithoutPublishing(t *testing.T) {
 			}
 		}
 
-		parts := s.addPartitionablePool("parts")
+		parts := s.addPartitionablePool("parts", nil)
 		s.addClaim("whole", false)
 		s.allocateDirectly("whole", parts, "whole")
 		s.addClaim("half", false)
@@ -79,30 +79,6 @@ func TestConflictsAreCountedWithoutPublishing(t *testing.T) {
 			t.Errorf("ResourcePool of %s: %v; want none, nothing publishes", node, err)
 		}
 	})
-}
-
-// addPartitionablePool publishes a GPU of 80Gi as a counter set, and three
-// devices that consume it: "whole" (80Gi) and "half-a", "half-b" (40Gi each).
-func (s *scenario) addPartitionablePool(suffix string) string {
-	s.t.Helper()
-	pool := s.namespace + "-" + suffix
-	spec := resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 2}
-	s.publishSlice(&resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: pool + "-counters"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: driverName, Pool: spec, AllNodes: ptr.To(true),
-			SharedCounters: []resourceapi.CounterSet{{Name: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}}}},
-	})
-	partition := func(name, memory string) resourceapi.Device {
-		return resourceapi.Device{Name: name, ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
-			CounterSet: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(memory)}},
-		}}}
-	}
-	s.publishSlice(&resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: pool + "-devices"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: driverName, Pool: spec, AllNodes: ptr.To(true),
-			Devices: []resourceapi.Device{partition("whole", "80Gi"), partition("half-a", "40Gi"), partition("half-b", "40Gi")}},
-	})
-	return pool
 }
 
 // addSharedDevicePool publishes one device, "shared-0", that allows

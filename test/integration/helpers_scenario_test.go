@@ -145,6 +145,70 @@ func (s *scenario) publishSlice(slice *resourceapi.ResourceSlice) *resourceapi.R
 	return created
 }
 
+// addPartitionablePool publishes a GPU of 80Gi as a counter set, and three
+// devices that consume it: "whole" (80Gi) and "half-a", "half-b" (40Gi
+// each), each with the attribute partition=<its name>, on node (or on
+// every node when nil). taints are put on the devices they name.
+func (s *scenario) addPartitionablePool(suffix string, node *string, taints ...map[string]resourceapi.DeviceTaint) string {
+	s.t.Helper()
+	pool := s.namespace + "-" + suffix
+	spec := resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 2}
+	slice := func(name string) *resourceapi.ResourceSlice {
+		slice := &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       resourceapi.ResourceSliceSpec{Driver: driverName, Pool: spec, NodeName: node},
+		}
+		if node == nil {
+			slice.Spec.AllNodes = ptr.To(true)
+		}
+		return slice
+	}
+	counters := slice(pool + "-counters")
+	counters.Spec.SharedCounters = []resourceapi.CounterSet{{Name: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}}}
+	s.publishSlice(counters)
+	devices := slice(pool + "-devices")
+	for _, p := range []struct{ name, memory string }{{"whole", "80Gi"}, {"half-a", "40Gi"}, {"half-b", "40Gi"}} {
+		device := resourceapi.Device{
+			Name:       p.name,
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"partition": {StringValue: ptr.To(p.name)}},
+			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
+				CounterSet: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(p.memory)}},
+			}},
+		}
+		for _, t := range taints {
+			if taint, ok := t[p.name]; ok {
+				device.Taints = append(device.Taints, taint)
+			}
+		}
+		devices.Spec.Devices = append(devices.Spec.Devices, device)
+	}
+	s.publishSlice(devices)
+	return pool
+}
+
+// partitionRequest asks for the partition of that name, with admin access
+// or not.
+func partitionRequest(name, partition string, adminAccess bool) resourceapi.DeviceRequest {
+	return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: deviceClassName,
+		AdminAccess:     ptr.To(adminAccess),
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf("device.attributes[%q].partition == %q", driverName, partition),
+		}}},
+	}}
+}
+
+// addClaimFor creates a claim with these requests.
+func (s *scenario) addClaimFor(name string, requests ...resourceapi.DeviceRequest) {
+	s.t.Helper()
+	if _, err := env.client.ResourceV1().ResourceClaims(s.namespace).Create(s.ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests}},
+	}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating ResourceClaim %s/%s: %v", s.namespace, name, err)
+	}
+}
+
 func gpuClaimSpec(adminAccess bool) resourceapi.ResourceClaimSpec {
 	request := &resourceapi.ExactDeviceRequest{DeviceClassName: deviceClassName}
 	if adminAccess {

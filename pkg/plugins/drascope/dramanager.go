@@ -47,6 +47,8 @@ type Withheld interface {
 type draManager struct {
 	fwk.SharedDRAManager
 	claims claimTracker
+	// countersIgnored: see adminaccess_counters.go.
+	countersIgnored countersIgnored
 }
 
 // newDRAManager decorates inner; observer and withheld may be nil.

@@ -33,8 +33,9 @@ const Name = config.PluginName
 // DRAScope embeds the upstream plugin, so every extension point upstream
 // implements (PreEnqueue, Filter, PostFilter, Score, Reserve, PreBind,
 // EventsToRegister, SignPod, ...) is DRAScope's too. It overrides Name,
-// PreFilter (admin-access guards), Filter (explains withheld Unhealthy
-// devices) and EventsToRegister (adds health reports).
+// PreFilter (admin-access guards; admin access without shared counters),
+// Filter (explains withheld Unhealthy devices and mixed admin access) and
+// EventsToRegister (adds health reports).
 type DRAScope struct {
 	*dynamicresources.DynamicResources
 
@@ -42,10 +43,12 @@ type DRAScope struct {
 	adminAccessEnabled    bool
 	requireNamespaceLabel bool
 	claims                fwk.ResourceClaimTracker
-	namespaces            corelisters.NamespaceLister
-	pods                  corelisters.PodLister
-	activator             fwk.PodActivator
-	profileName           string
+	// manager is the decorated DRA manager upstream's plugin uses.
+	manager     *draManager
+	namespaces  corelisters.NamespaceLister
+	pods        corelisters.PodLister
+	activator   fwk.PodActivator
+	profileName string
 
 	// pools is the scheduler's side cache.
 	pools *poolcache.Cache
@@ -113,7 +116,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		}
 		manager := newDRAManager(fh.SharedDRAManager(), pl.pools, withheld)
 		handle = &decoratedHandle{Handle: fh, draManager: manager}
-		pl.claims = manager.ResourceClaims()
+		pl.claims, pl.manager = manager.ResourceClaims(), manager
 	}
 	upstreamArgs := &schedconfig.DynamicResourcesArgs{
 		FilterTimeout:  args.FilterTimeout,
@@ -164,7 +167,9 @@ func (pl *DRAScope) Name() string {
 	return Name
 }
 
-// PreFilter runs upstream's PreFilter, then drascope's admin-access guards.
+// PreFilter runs upstream's PreFilter (without shared counters for a pod
+// that asks for admin access only: adminaccess_counters.go), then
+// drascope's admin-access guards.
 // Upstream goes first because its PostFilter expects the cycle state its
 // PreFilter writes; refusing before it would turn a clear "unschedulable"
 // into a PostFilter error. Both run before anything is reserved.
@@ -172,7 +177,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	if pl.health != nil {
 		state.Write(withheldStateKey, &withheldDevices{})
 	}
-	result, status := pl.DynamicResources.PreFilter(ctx, state, pod, nodes)
+	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes)
 	if !status.IsSuccess() || !pl.enabled {
 		return result, status
 	}

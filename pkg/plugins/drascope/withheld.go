@@ -19,13 +19,22 @@ import (
 // rejection names; the rest are counted.
 const maxWithheldInMessage = 3
 
-// Filter runs upstream's Filter. When it refuses the node while devices the
-// node can reach are withheld as Unhealthy, the refusal says so, naming the
-// devices, when and by which pod they were reported, and the pod is
-// remembered so that it is retried as soon as one of them recovers.
+// Filter runs upstream's Filter. A refusal of a pod that needs admin-access
+// and ordinary requests allocated together says that its admin access
+// counts shared counters (adminaccess_counters.go). When it refuses the node
+// while devices the node can reach are withheld as Unhealthy, the refusal
+// says so, naming the devices, when and by which pod they were reported,
+// and the pod is remembered so that it is retried as soon as one of them
+// recovers.
 func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	status := pl.DynamicResources.Filter(ctx, state, pod, nodeInfo)
-	if !status.IsRejected() || pl.health == nil {
+	if !status.IsRejected() {
+		return status
+	}
+	if note := mixedAdminAccessNote(state); note != "" {
+		status = fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
+	}
+	if pl.health == nil {
 		return status
 	}
 	note := pl.withheldIn(state).note(pl, nodeInfo.Node())
