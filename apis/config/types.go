@@ -32,6 +32,28 @@ type DRAScopeArgs struct {
 	// DeviceHealth configures how device health reported by kubelet in pod
 	// status (KEP-4680) affects allocation.
 	DeviceHealth DeviceHealthArgs
+
+	// Scoring configures how DRAScope ranks the nodes a pod fits on by how
+	// full their devices are.
+	Scoring ScoringArgs
+}
+
+// ScoringStrategy says how DRAScope scores nodes by device use.
+type ScoringStrategy string
+
+const (
+	// ScoringNone adds nothing to upstream's score (prioritized lists).
+	ScoringNone ScoringStrategy = "None"
+	// ScoringMostAllocated prefers nodes whose devices are fuller: packs.
+	ScoringMostAllocated ScoringStrategy = "MostAllocated"
+	// ScoringLeastAllocated prefers nodes whose devices are emptier: spreads.
+	ScoringLeastAllocated ScoringStrategy = "LeastAllocated"
+)
+
+// ScoringArgs configures device-aware scoring.
+type ScoringArgs struct {
+	// Strategy is None (default), MostAllocated or LeastAllocated.
+	Strategy ScoringStrategy
 }
 
 // AdminAccessArgs configures how DRAScope treats claims with admin access.

@@ -34,6 +34,10 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 				"DRAScope: scheduler-wide args differ between profiles drascope-other and drascope-scheduler",
 				"profiles[drascope-scheduler].pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: Invalid value: 5: differs from profiles[drascope-other].pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: 10"},
 		},
+		"unknown scoring strategy": {
+			oldNew: []string{"strategy: MostAllocated", "strategy: BinPack"},
+			want:   []string{"scheduler name drascope-scheduler", "pluginConfig[DRAScope].args.scoring.strategy: Unsupported value:", "BinPack", "MostAllocated"},
+		},
 		"wrong type": {
 			oldNew: []string{"      adminAccess:", "      filterTimeout: [10s]\n      adminAccess:"},
 			want:   []string{".profiles[0].pluginConfig[0]", "DRAScopeArgs.filterTimeout"},

@@ -71,6 +71,7 @@ func TestLoadArgs(t *testing.T) {
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
 				PoolStatus:     defaultPoolStatus,
 				DeviceHealth:   defaultDeviceHealth,
+				Scoring:        config.ScoringArgs{Strategy: config.ScoringNone},
 			},
 		},
 		"explicit values are kept": {
@@ -88,6 +89,8 @@ func TestLoadArgs(t *testing.T) {
       deviceHealth:
         policy: Ignore
         unhealthyHoldTime: 90s
+      scoring:
+        strategy: MostAllocated
 `,
 			want: &config.DRAScopeArgs{
 				FilterTimeout:  &metav1.Duration{Duration: 3 * time.Second},
@@ -95,6 +98,7 @@ func TestLoadArgs(t *testing.T) {
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: false},
 				PoolStatus:     config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: 250 * time.Millisecond}, MaxWritesPerSecond: 20},
 				DeviceHealth:   config.DeviceHealthArgs{Policy: config.DeviceHealthIgnore, UnhealthyHoldTime: metav1.Duration{Duration: 90 * time.Second}},
+				Scoring:        config.ScoringArgs{Strategy: config.ScoringMostAllocated},
 			},
 		},
 		"zero filterTimeout disables the limit and is kept": {
@@ -109,6 +113,7 @@ func TestLoadArgs(t *testing.T) {
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
 				PoolStatus:     defaultPoolStatus,
 				DeviceHealth:   defaultDeviceHealth,
+				Scoring:        config.ScoringArgs{Strategy: config.ScoringNone},
 			},
 		},
 		"unknown top-level field": {

@@ -50,4 +50,7 @@ func SetDefaults_DRAScopeArgs(obj *DRAScopeArgs) {
 	if obj.DeviceHealth.UnhealthyHoldTime == nil {
 		obj.DeviceHealth.UnhealthyHoldTime = &metav1.Duration{Duration: DefaultUnhealthyHoldTime}
 	}
+	if obj.Scoring.Strategy == "" {
+		obj.Scoring.Strategy = ScoringNone
+	}
 }

@@ -36,6 +36,37 @@ type DRAScopeArgs struct {
 	// affects allocation.
 	// +optional
 	DeviceHealth DeviceHealthArgs `json:"deviceHealth"`
+
+	// Scoring configures how DRAScope ranks the nodes a pod fits on by how
+	// full their node-local devices would be with the pod's devices
+	// (docs/scoring.md).
+	// +optional
+	Scoring ScoringArgs `json:"scoring"`
+}
+
+// ScoringStrategy says how DRAScope scores nodes by device use.
+type ScoringStrategy string
+
+const (
+	// ScoringNone adds nothing to upstream's score (which ranks only the
+	// choice among a prioritized list's subrequests): upstream's placement.
+	ScoringNone ScoringStrategy = "None"
+	// ScoringMostAllocated prefers nodes whose devices are fuller, so that
+	// whole nodes stay free for pods that need many devices.
+	ScoringMostAllocated ScoringStrategy = "MostAllocated"
+	// ScoringLeastAllocated prefers nodes whose devices are emptier.
+	ScoringLeastAllocated ScoringStrategy = "LeastAllocated"
+)
+
+// ScoringArgs configures device-aware scoring.
+type ScoringArgs struct {
+	// Strategy is None (default: upstream's placement), MostAllocated
+	// (pack) or LeastAllocated (spread). A prioritized list's preference
+	// always comes first; the strategy ranks nodes that upstream ranks
+	// alike. The plugin's weight in the profile scales it against other
+	// plugins, as for any score.
+	// +optional
+	Strategy ScoringStrategy `json:"strategy,omitempty"`
 }
 
 // AdminAccessArgs configures how DRAScope treats claims with admin access.

@@ -53,6 +53,12 @@ func ValidateDRAScopeArgs(path *field.Path, args *config.DRAScopeArgs, fts featu
 		allErrs = append(allErrs, field.Invalid(path.Child("deviceHealth", "unhealthyHoldTime"),
 			args.DeviceHealth.UnhealthyHoldTime.Duration.String(), "must be positive"))
 	}
+	switch args.Scoring.Strategy {
+	case config.ScoringNone, config.ScoringMostAllocated, config.ScoringLeastAllocated:
+	default:
+		allErrs = append(allErrs, field.NotSupported(path.Child("scoring", "strategy"),
+			args.Scoring.Strategy, []config.ScoringStrategy{config.ScoringNone, config.ScoringMostAllocated, config.ScoringLeastAllocated}))
+	}
 	err := schedvalidation.ValidateDynamicResourcesArgs(path, upstream, fts)
 	if err == nil {
 		return allErrs

@@ -85,6 +85,11 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 			fts:      allGates,
 			wantErrs: []string{`pluginConfig[DRAScope].args.deviceHealth.unhealthyHoldTime: Invalid value: "-1m0s": must be positive`},
 		},
+		"unknown scoring.strategy": {
+			args:     config.DRAScopeArgs{Scoring: config.ScoringArgs{Strategy: "BinPack"}},
+			fts:      allGates,
+			wantErrs: []string{`pluginConfig[DRAScope].args.scoring.strategy: Unsupported value: "BinPack": supported values: "None", "MostAllocated", "LeastAllocated"`},
+		},
 		"filterTimeout with its gate off": {
 			args: config.DRAScopeArgs{FilterTimeout: &metav1.Duration{Duration: time.Second}},
 			fts:  feature.Features{},
@@ -100,6 +105,9 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 			}
 			if tc.args.PoolStatus.MaxWritesPerSecond == 0 && !tc.keepZeroWrites {
 				tc.args.PoolStatus.MaxWritesPerSecond = 5
+			}
+			if tc.args.Scoring.Strategy == "" {
+				tc.args.Scoring.Strategy = config.ScoringNone
 			}
 			if !tc.keepZeroHealth {
 				if tc.args.DeviceHealth.Policy == "" {
@@ -129,6 +137,7 @@ func TestValidateSchedulerWideArgs(t *testing.T) {
 		AdminAccess:  config.AdminAccessArgs{RequireNamespaceLabel: true},
 		PoolStatus:   config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5},
 		DeviceHealth: config.DeviceHealthArgs{Policy: config.DeviceHealthAvoid, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}},
+		Scoring:      config.ScoringArgs{Strategy: config.ScoringNone},
 	}
 	tests := map[string]struct {
 		change   func(*config.DRAScopeArgs)

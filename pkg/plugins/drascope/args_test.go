@@ -23,6 +23,7 @@ func TestDecodeArgsDefaultsNil(t *testing.T) {
 		AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
 		PoolStatus:     config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5},
 		DeviceHealth:   config.DeviceHealthArgs{Policy: config.DeviceHealthTaint, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}},
+		Scoring:        config.ScoringArgs{Strategy: config.ScoringNone},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("args (-want +got):\n%s", diff)

@@ -34,15 +34,18 @@ const Name = config.PluginName
 // implements (PreEnqueue, Filter, PostFilter, Score, Reserve, PreBind,
 // EventsToRegister, SignPod, ...) is DRAScope's too. It overrides Name,
 // PreFilter (admin-access guards; admin access without shared counters),
-// Filter (explains withheld Unhealthy devices and mixed admin access) and
-// EventsToRegister (adds health reports).
+// Filter (explains withheld Unhealthy devices and mixed admin access),
+// PreScore and NormalizeScore (device-aware scoring) and EventsToRegister
+// (adds health reports).
 type DRAScope struct {
 	*dynamicresources.DynamicResources
 
 	enabled               bool
 	adminAccessEnabled    bool
 	requireNamespaceLabel bool
-	claims                fwk.ResourceClaimTracker
+	// scoring is the device-aware scoring strategy (scoring.go).
+	scoring config.ScoringStrategy
+	claims  fwk.ResourceClaimTracker
 	// manager is the decorated DRA manager upstream's plugin uses.
 	manager     *draManager
 	namespaces  corelisters.NamespaceLister
@@ -102,6 +105,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		enabled:               fts.EnableDynamicResourceAllocation,
 		adminAccessEnabled:    fts.EnableDRAAdminAccess,
 		requireNamespaceLabel: args.AdminAccess.RequireNamespaceLabel,
+		scoring:               args.Scoring.Strategy,
 	}
 	var handle fwk.Handle = fh
 	if pl.enabled {

@@ -1,0 +1,177 @@
+package drascope
+
+import (
+	"context"
+	"math"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/apis/config"
+)
+
+// Device-aware scoring (scoring.strategy, docs/scoring.md). Upstream scores
+// a node only by which subrequest of a prioritized list it could allocate
+// there. DRAScope keeps that ranking first and ranks the nodes upstream
+// ranks alike by how full their node-local devices would be with the pod's:
+// MostAllocated packs, so that whole nodes stay free for pods that need many
+// devices; LeastAllocated spreads.
+//
+// The fullness comes from the side cache's snapshots of the nodes' pools
+// (what is allocated, in flight, tainted or out of counters), not from a
+// second allocator run: upstream keeps Filter's tentative allocation to
+// itself. PreScore brings the cache up to date first, so the previous pod's
+// devices count.
+
+const scoringStateKey fwk.StateKey = Name + "/scoring"
+
+// scoringState is what PreScore gathered for NormalizeScore.
+type scoringState struct {
+	// requested is how many devices the pod's claims still to allocate
+	// ask for.
+	requested int
+	// use is, per feasible node, the devices of its node-local pools.
+	use map[string]deviceUse
+}
+
+// Clone shares the state: it is only read after PreScore.
+func (s *scoringState) Clone() fwk.StateData { return s }
+
+// deviceUse counts a node's devices: total, and those a new claim cannot
+// get (allocated, in flight, tainted, withheld or out of counters).
+type deviceUse struct{ used, total int }
+
+var (
+	_ fwk.PreScorePlugin  = &DRAScope{}
+	_ fwk.ScoreExtensions = &DRAScope{}
+)
+
+// PreScore gathers the device use of the feasible nodes, unless the
+// strategy is None or the pod has no device to allocate by claim.
+func (pl *DRAScope) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	if pl.scoring == config.ScoringNone || pl.pools == nil {
+		return nil
+	}
+	requested, ok := pl.requestedDevices(pod)
+	if !ok {
+		return nil
+	}
+	// Devices reserved for the previous pod count now, not when the
+	// cache's worker gets to them.
+	pl.pools.Sync()
+	feasible := sets.New[string]()
+	for _, node := range nodes {
+		if node.Node() != nil {
+			feasible.Insert(node.Node().Name)
+		}
+	}
+	use := make(map[string]deviceUse, len(nodes))
+	for _, snap := range pl.pools.List() {
+		if snap.NodeName == "" || !feasible.Has(snap.NodeName) {
+			continue
+		}
+		u := use[snap.NodeName]
+		u.total += snap.Summary.Total
+		u.used += snap.Summary.Total - snap.Summary.Available
+		use[snap.NodeName] = u
+	}
+	state.Write(scoringStateKey, &scoringState{requested: requested, use: use})
+	return nil
+}
+
+// ScoreExtensions is DRAScope itself: NormalizeScore combines upstream's
+// ranking with the strategy's.
+func (pl *DRAScope) ScoreExtensions() fwk.ScoreExtensions { return pl }
+
+// NormalizeScore normalizes upstream's scores as upstream does, or, when
+// PreScore gathered device use, ranks nodes by upstream's raw score first
+// and by device use within each rank.
+func (pl *DRAScope) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	var s *scoringState
+	if state != nil {
+		if data, err := state.Read(scoringStateKey); err == nil {
+			s, _ = data.(*scoringState)
+		}
+	}
+	if s == nil {
+		return pl.DynamicResources.NormalizeScore(ctx, state, pod, scores)
+	}
+	combineScores(scores, func(node string) float64 { return deviceScore(pl.scoring, s.use[node], s.requested) })
+	return nil
+}
+
+// combineScores turns upstream's raw scores into ranks, gives each rank an
+// equal band of [0, MaxNodeScore] (the best rank the top band), and places
+// each node within its band by its device score (0 to 1). A prioritized
+// list's preference thus always wins; device use decides among equals, and
+// alone when upstream ranks every node alike.
+func combineScores(scores fwk.NodeScoreList, device func(node string) float64) {
+	var raw []int64
+	for _, s := range scores {
+		raw = append(raw, s.Score)
+	}
+	slices.Sort(raw)
+	raw = slices.Compact(raw)
+	width := float64(fwk.MaxScore) / float64(len(raw))
+	for i := range scores {
+		rank, _ := slices.BinarySearch(raw, scores[i].Score)
+		scores[i].Score = int64(math.Round(float64(rank)*width + device(scores[i].Name)*width))
+	}
+}
+
+// deviceScore is 0 to 1: how full (MostAllocated) or how empty
+// (LeastAllocated) the node's devices would be with requested more in use.
+// A node without node-local devices scores 0.
+func deviceScore(strategy config.ScoringStrategy, u deviceUse, requested int) float64 {
+	if u.total == 0 {
+		return 0
+	}
+	used := float64(min(u.used+requested, u.total)) / float64(u.total)
+	if strategy == config.ScoringLeastAllocated {
+		return 1 - used
+	}
+	return used
+}
+
+// requestedDevices counts the devices the pod's claims still to allocate
+// ask for: a request's count (the first subrequest's, for a prioritized
+// list), none for admin access, which uses nothing up, nor for
+// allocationMode All, whose count depends on the node. It reports false
+// when there is nothing to score: no claim to allocate, or extended
+// resources DRA serves, which NodeResourcesFit scores already.
+func (pl *DRAScope) requestedDevices(pod *v1.Pod) (int, bool) {
+	if pl.requestsDRAExtendedResources(pod) {
+		return 0, false
+	}
+	n, toAllocate := 0, false
+	for i := range pod.Spec.ResourceClaims {
+		claim, err := pl.podClaim(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || claim == nil || claim.Status.Allocation != nil {
+			continue
+		}
+		toAllocate = true
+		for _, request := range claim.Spec.Devices.Requests {
+			switch {
+			case request.Exactly != nil:
+				if !ptr.Deref(request.Exactly.AdminAccess, false) {
+					n += exactCount(request.Exactly.AllocationMode, request.Exactly.Count)
+				}
+			case len(request.FirstAvailable) > 0:
+				first := request.FirstAvailable[0]
+				n += exactCount(first.AllocationMode, first.Count)
+			}
+		}
+	}
+	return n, toAllocate
+}
+
+func exactCount(mode resourceapi.DeviceAllocationMode, count int64) int {
+	if mode == resourceapi.DeviceAllocationModeAll {
+		return 0
+	}
+	return int(max(count, 1))
+}
