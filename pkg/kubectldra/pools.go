@@ -3,6 +3,7 @@ package kubectldra
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,10 @@ const poolsExample = `  # Every pool, one row each
   kubectl dra pools --driver gpu.example.com --node node-1 -o wide
 
   # As ResourcePool objects (drascope.dev/v1alpha1)
-  kubectl dra pools -o yaml`
+  kubectl dra pools -o yaml
+
+  # How many nodes could take an 8-GPU pod right now
+  kubectl dra pools --driver gpu.example.com --fit 8`
 
 // poolsOptions are the flags and state of kubectl dra pools.
 type poolsOptions struct {
@@ -31,7 +35,10 @@ type poolsOptions struct {
 	printFlags  *genericclioptions.PrintFlags
 	genericiooptions.IOStreams
 	driver, node string
-	now          func() time.Time
+	// fit, when positive, adds a line saying which nodes have at least
+	// that many devices available.
+	fit int
+	now func() time.Time
 
 	source *poolSource
 	// printer writes -o json|yaml|name|...; nil for the table (-o wide or
@@ -48,7 +55,7 @@ func newPoolsCommand(configFlags *genericclioptions.ConfigFlags, streams generic
 		now:         time.Now,
 	}
 	cmd := &cobra.Command{
-		Use:     "pools [--driver DRIVER] [--node NODE] [-o wide|json|yaml]",
+		Use:     "pools [--driver DRIVER] [--node NODE] [--fit N] [-o wide|json|yaml]",
 		Short:   "List DRA pools with their device counts",
 		Example: poolsExample,
 		Args:    cobra.NoArgs,
@@ -64,6 +71,7 @@ func newPoolsCommand(configFlags *genericclioptions.ConfigFlags, streams generic
 	}
 	cmd.Flags().StringVar(&o.driver, "driver", "", "Only pools of this DRA driver.")
 	cmd.Flags().StringVar(&o.node, "node", "", "Only pools of devices local to this node.")
+	cmd.Flags().IntVar(&o.fit, "fit", 0, "After the table, say which nodes have at least this many available devices in their node-local pools (of --driver, if given): where a pod asking for that many could go now. The partitions of a partitionable GPU count one each.")
 	addOutputFlags(cmd, o.printFlags)
 	return cmd
 }
@@ -95,9 +103,16 @@ func (o *poolsOptions) Complete() error {
 	return nil
 }
 
-// Validate has nothing to check that Complete did not: every flag
-// combination is a valid filter.
-func (o *poolsOptions) Validate() error { return nil }
+// Validate refuses --fit where there is no table to add its line to.
+func (o *poolsOptions) Validate() error {
+	if o.fit < 0 {
+		return fmt.Errorf("--fit %d: want a number of devices, at least 1", o.fit)
+	}
+	if o.fit > 0 && o.printer != nil {
+		return fmt.Errorf("--fit adds a line to the table; it does not combine with -o %s", *o.printFlags.OutputFormat)
+	}
+	return nil
+}
 
 // Run lists the pools: the notes on where they came from go to standard
 // error, the pools to standard output.
@@ -119,7 +134,46 @@ func (o *poolsOptions) Run(ctx context.Context) error {
 		fmt.Fprintln(o.ErrOut, "No pools found.")
 		return nil
 	}
-	return printPoolTable(o.Out, pools, o.wide, o.now())
+	if err := printPoolTable(o.Out, pools, o.wide, o.now()); err != nil {
+		return err
+	}
+	if o.fit > 0 {
+		fmt.Fprintln(o.Out)
+		fmt.Fprintln(o.Out, fitLine(pools, o.fit))
+	}
+	return nil
+}
+
+// maxNodesNamed bounds how many nodes the --fit line names.
+const maxNodesNamed = 10
+
+// fitLine says how many nodes have at least n available devices in their
+// node-local pools, and names the first of them.
+func fitLine(pools []v1alpha1.ResourcePool, n int) string {
+	available := map[string]int{}
+	for _, rp := range pools {
+		if rp.Spec.NodeName == "" {
+			continue
+		}
+		available[rp.Spec.NodeName] += int(summaryOf(&rp).AvailableDevices)
+	}
+	var fit []string
+	for node, free := range available {
+		if free >= n {
+			fit = append(fit, node)
+		}
+	}
+	slices.Sort(fit)
+	line := fmt.Sprintf("%d of %d nodes have %d or more available devices", len(fit), len(available), n)
+	if len(fit) == 0 {
+		return line
+	}
+	named := fit[:min(len(fit), maxNodesNamed)]
+	line += ": " + strings.Join(named, ", ")
+	if len(fit) > len(named) {
+		line += fmt.Sprintf(", and %d more", len(fit)-len(named))
+	}
+	return line
 }
 
 // poolList is pools as the list kubectl get -o yaml prints: every item

@@ -1,6 +1,7 @@
 package kubectldra
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -91,5 +92,29 @@ func TestPoolListSetsTypeMeta(t *testing.T) {
 	}
 	if empty := poolList(nil); empty.Items == nil {
 		t.Error("an empty list must print items: [], not null")
+	}
+}
+
+func TestFitLine(t *testing.T) {
+	pool := func(node string, available int32) v1alpha1.ResourcePool {
+		return v1alpha1.ResourcePool{
+			Spec:   v1alpha1.ResourcePoolSpec{Driver: "gpu.example.com", PoolName: node, NodeName: node},
+			Status: v1alpha1.ResourcePoolStatus{Summary: &v1alpha1.PoolSummary{AvailableDevices: available}},
+		}
+	}
+	fabric := pool("", 40)
+	pools := []v1alpha1.ResourcePool{pool("node-b", 8), pool("node-a", 3), pool("node-a", 5), pool("node-c", 7), fabric}
+	if got, want := fitLine(pools, 8), "2 of 3 nodes have 8 or more available devices: node-a, node-b"; got != want {
+		t.Errorf("fitLine 8:\n got %s\nwant %s", got, want)
+	}
+	if got, want := fitLine(pools, 9), "0 of 3 nodes have 9 or more available devices"; got != want {
+		t.Errorf("fitLine 9:\n got %s\nwant %s", got, want)
+	}
+	var many []v1alpha1.ResourcePool
+	for i := range 12 {
+		many = append(many, pool(fmt.Sprintf("node-%02d", i), 1))
+	}
+	if got := fitLine(many, 1); !strings.HasSuffix(got, "node-09, and 2 more") {
+		t.Errorf("fitLine names %q, want ten nodes and a count", got)
 	}
 }

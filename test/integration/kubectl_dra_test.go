@@ -65,6 +65,17 @@ func TestKubectlDRAPools(t *testing.T) {
 		t.Errorf("-o json: %+v, want the one ResourcePool %+v", list, rp)
 	}
 
+	// --fit: the node has 3 available devices, so it could take 3, not 4.
+	for n, want := range map[string]string{"3": "1 of 1 nodes have 3 or more available devices: " + node, "4": "0 of 1 nodes have 4 or more available devices"} {
+		out, _, err = kubectlDRA(t, append(filter, "--fit", n)...)
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("--fit %s: %v, output:\n%s\nwant a line %q", n, err, out, want)
+		}
+	}
+	if _, _, err := kubectlDRA(t, append(filter, "--fit", "3", "-o", "yaml")...); err == nil || !strings.Contains(err.Error(), "--fit adds a line to the table") {
+		t.Errorf("--fit with -o yaml: want an error, got %v", err)
+	}
+
 	out, errOut, err = kubectlDRA(t, "pools", "--driver", "nothing.example.com")
 	if err != nil || out != "" || !strings.Contains(errOut, "No pools found.") {
 		t.Errorf("an unknown driver: err %v, stdout %q, stderr %q; want no error and \"No pools found.\"", err, out, errOut)
