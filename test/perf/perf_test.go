@@ -49,6 +49,13 @@ var variants = []variant{
 	{name: results.DRAScope, schedulerConfig: "config/drascope.yaml"},
 }
 
+// scoringVariants run besides those in test cases labelled "scoring": DRAScope
+// with each packing strategy (docs/scoring.md).
+var scoringVariants = []variant{
+	{name: results.DRAScopeMostAllocated, schedulerConfig: "config/drascope-mostallocated.yaml"},
+	{name: results.DRAScopeLeastAllocated, schedulerConfig: "config/drascope-leastallocated.yaml"},
+}
+
 type variant struct {
 	name            string
 	schedulerConfig string
@@ -96,7 +103,7 @@ func BenchmarkPerfScheduling(b *testing.B) {
 	}
 	for pair := 1; pair <= *pairs; pair++ {
 		for i, u := range units {
-			order := slices.Clone(variants)
+			order := u.variants()
 			if (i+pair)%2 == 0 {
 				slices.Reverse(order)
 			}
@@ -163,8 +170,13 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry) {
 		tCtx.Errorf("counting Unhealthy devices handed out: %v", err)
 	}
 	entry.UnhealthyAllocated = unhealthy
+	if counted, err := bigPods(tCtx, tCtx.Client()); err != nil {
+		tCtx.Errorf("counting the 8-GPU pods: %v", err)
+	} else {
+		entry.BigPods, entry.BigPodsPlaced = counted.created, counted.placed
+	}
 	switch v.name {
-	case results.DRAScope:
+	case results.DRAScope, results.DRAScopeMostAllocated, results.DRAScopeLeastAllocated:
 		// A short run can end before the publisher's first write; what must
 		// hold is that the ResourcePools catch up with the claims.
 		if err := waitForResourcePools(tCtx); err != nil {
@@ -180,6 +192,23 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry) {
 			tCtx.Errorf("the upstream run made %v ResourcePool writes: DRAScope ran in it", writes)
 		}
 	}
+}
+
+// bigPods counts the pods of namespace "big" (the Fragmentation test
+// case's 8-GPU pods): created, and bound to a node.
+func bigPods(ctx context.Context, client kubernetes.Interface) (struct{ created, placed int }, error) {
+	var counted struct{ created, placed int }
+	pods, err := client.CoreV1().Pods("big").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return counted, err
+	}
+	for _, pod := range pods.Items {
+		counted.created++
+		if pod.Spec.NodeName != "" {
+			counted.placed++
+		}
+	}
+	return counted, nil
 }
 
 // unhealthyDevicesHandedOut counts the devices reported Unhealthy in some
@@ -360,8 +389,18 @@ func registry() frameworkruntime.Registry {
 type unit struct {
 	testCase string
 	workload string
+	// scoring: the test case compares scoring strategies too.
+	scoring bool
 	// raw is the test case with only this workload.
 	raw map[string]any
+}
+
+// variants are the schedulers the unit runs with.
+func (u unit) variants() []variant {
+	if u.scoring {
+		return append(slices.Clone(variants), scoringVariants...)
+	}
+	return slices.Clone(variants)
 }
 
 // configFor writes a scheduler_perf config holding only the unit, run with
@@ -410,7 +449,7 @@ func selectWorkloads(path string, filter []string) ([]unit, error) {
 				raw[k] = val
 			}
 			raw["workloads"] = []any{w}
-			units = append(units, unit{testCase: name, workload: wname, raw: raw})
+			units = append(units, unit{testCase: name, workload: wname, raw: raw, scoring: slices.Contains(stringList(tc["labels"]), "scoring")})
 		}
 	}
 	return units, nil

@@ -141,8 +141,10 @@ func deviceScore(strategy config.ScoringStrategy, u deviceUse, requested int) fl
 // ask for: a request's count (the first subrequest's, for a prioritized
 // list), none for admin access, which uses nothing up, nor for
 // allocationMode All, whose count depends on the node. It reports false
-// when there is nothing to score: no claim to allocate, or extended
-// resources DRA serves, which NodeResourcesFit scores already.
+// when there is nothing to score: no device to use up (no claim to
+// allocate, or only admin access, as for monitors, which go where upstream
+// puts them), or extended resources DRA serves, which NodeResourcesFit
+// scores already.
 func (pl *DRAScope) requestedDevices(pod *v1.Pod) (int, bool) {
 	if pl.requestsDRAExtendedResources(pod) {
 		return 0, false
@@ -166,7 +168,7 @@ func (pl *DRAScope) requestedDevices(pod *v1.Pod) (int, bool) {
 			}
 		}
 	}
-	return n, toAllocate
+	return n, toAllocate && n > 0
 }
 
 func exactCount(mode resourceapi.DeviceAllocationMode, count int64) int {

@@ -92,7 +92,8 @@ func TestRequestedDevices(t *testing.T) {
 		ok     bool
 	}{
 		{[]string{"two", "monitor"}, 2, true},
-		{[]string{"all"}, 0, true},
+		{[]string{"all"}, 0, false},
+		{[]string{"monitor"}, 0, false},
 		{[]string{"listed"}, 4, true},
 		{[]string{"allocated"}, 0, false},
 		{[]string{"missing"}, 0, false},

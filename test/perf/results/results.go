@@ -16,10 +16,13 @@ import (
 	"strings"
 )
 
-// The two variants compared, as scheduler_perf topics.
+// The two variants compared, as scheduler_perf topics, and those that
+// test cases labelled "scoring" run besides.
 const (
-	Upstream = "upstream"
-	DRAScope = "drascope"
+	Upstream               = "upstream"
+	DRAScope               = "drascope"
+	DRAScopeMostAllocated  = "drascope-mostallocated"
+	DRAScopeLeastAllocated = "drascope-leastallocated"
 )
 
 // IndexFile is the harness's record of runs, one JSON object per line.
@@ -44,6 +47,10 @@ type IndexEntry struct {
 	// UnhealthyAllocated counts devices reported Unhealthy that the
 	// scheduler allocated.
 	UnhealthyAllocated int `json:"unhealthyAllocated"`
+	// BigPods and BigPodsPlaced count the Fragmentation test case's 8-GPU
+	// pods: created, and bound.
+	BigPods       int `json:"bigPods,omitempty"`
+	BigPodsPlaced int `json:"bigPodsPlaced,omitempty"`
 }
 
 // AppendIndex adds an entry to dir's index.
@@ -291,4 +298,39 @@ func num(v float64, decimals int) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.*f", decimals, v)
+}
+
+// WriteFragmentation prints, for every workload that created 8-GPU pods
+// (the Fragmentation test case), each variant's run: how many of them were
+// placed, and the throughput of the 1-GPU pods before them. With several
+// pairs, every run is listed.
+func WriteFragmentation(w io.Writer, runs []Run) error {
+	order := map[string]int{Upstream: 0, DRAScope: 1, DRAScopeMostAllocated: 2, DRAScopeLeastAllocated: 3}
+	var selected []Run
+	for _, r := range runs {
+		if r.BigPods > 0 {
+			selected = append(selected, r)
+		}
+	}
+	if len(selected) == 0 {
+		return nil
+	}
+	sort.SliceStable(selected, func(i, j int) bool {
+		a, b := selected[i], selected[j]
+		if a.TestCase+"/"+a.Workload != b.TestCase+"/"+b.Workload {
+			return a.TestCase+"/"+a.Workload < b.TestCase+"/"+b.Workload
+		}
+		if a.Pair != b.Pair {
+			return a.Pair < b.Pair
+		}
+		return order[a.Variant] < order[b.Variant]
+	})
+	var b strings.Builder
+	b.WriteString("\n| Workload | Scheduler | 8-GPU pods placed | 1-GPU pods/s avg (p50/p90) |\n")
+	b.WriteString("|---|---|---|---|\n")
+	for _, r := range selected {
+		fmt.Fprintf(&b, "| %s/%s | %s | %d of %d | %s |\n", r.TestCase, r.Workload, r.Variant, r.BigPodsPlaced, r.BigPods, throughput(r.Throughput))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }

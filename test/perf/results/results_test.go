@@ -149,3 +149,34 @@ func tableHas(t *testing.T, rows []Row, lines ...string) {
 		}
 	}
 }
+
+func TestWriteFragmentation(t *testing.T) {
+	run := func(variant string, placed int) Run {
+		return Run{IndexEntry: IndexEntry{TestCase: "Fragmentation", Workload: "100nodes", Variant: variant, BigPods: 50, BigPodsPlaced: placed},
+			Throughput: Quantiles{Average: 90, P50: 85, P90: 98}}
+	}
+	runs := []Run{run(DRAScopeLeastAllocated, 0), run(DRAScopeMostAllocated, 50), {IndexEntry: IndexEntry{TestCase: "Other", Variant: Upstream}}, run(Upstream, 0), run(DRAScope, 0)}
+	var b strings.Builder
+	if err := WriteFragmentation(&b, runs); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"| Fragmentation/100nodes | upstream | 0 of 50 |",
+		"| Fragmentation/100nodes | drascope | 0 of 50 |",
+		"| Fragmentation/100nodes | drascope-mostallocated | 50 of 50 |",
+		"| Fragmentation/100nodes | drascope-leastallocated | 0 of 50 |",
+	}
+	if len(lines) != 2+len(want) {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[2+i], w) {
+			t.Errorf("row %d: %q, want it to start %q", i, lines[2+i], w)
+		}
+	}
+	b.Reset()
+	if err := WriteFragmentation(&b, runs[2:3]); err != nil || b.Len() != 0 {
+		t.Errorf("no 8-GPU pods: %q, %v; want nothing", b.String(), err)
+	}
+}
