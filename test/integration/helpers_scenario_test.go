@@ -193,7 +193,9 @@ func partitionRequest(name, partition string, adminAccess bool) resourceapi.Devi
 		DeviceClassName: deviceClassName,
 		AdminAccess:     ptr.To(adminAccess),
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: fmt.Sprintf("device.attributes[%q].partition == %q", driverName, partition),
+			// Plain GPUs have no partition attribute: .? keeps them
+			// from being an error.
+			Expression: fmt.Sprintf("device.attributes[%q].?partition.orValue(\"\") == %q", driverName, partition),
 		}}},
 	}}
 }

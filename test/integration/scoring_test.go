@@ -46,6 +46,24 @@ func TestScoringStrategies(t *testing.T) {
 				t.Errorf("the prioritized-list pod went to %s with %d device(s), want the empty node %v with 2", pod.Spec.NodeName, len(claim.Status.Allocation.Devices.Results), empty)
 			}
 			t.Logf("MostAllocated, seven 1-GPU pods then a 2-GPU one (# allocated, . free):\n%s", s.deviceGrid(nodes))
+
+			// Partitions go to the partitionable GPU already split: its
+			// other half, rather than half of a whole one.
+			split, whole := s.addNode("split", 0), s.addNode("whole", 0)
+			splitPool := s.addPartitionablePool("split", &split)
+			s.addPartitionablePool("whole", &whole)
+			s.addClaim("first-half", false)
+			s.allocateDirectly("first-half", splitPool, "half-a")
+			s.addClaimFor("half", resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: deviceClassName,
+				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+					Expression: fmt.Sprintf("device.attributes[%q].?partition.orValue(\"\").startsWith(\"half-\")", driverName),
+				}}},
+			}})
+			s.addPod("half", name, fromClaim("half"))
+			if got := s.waitForPodScheduled("half").Spec.NodeName; got != split {
+				t.Errorf("a pod asking for half a GPU went to %s, want %s, whose GPU is already split", got, split)
+			}
 		})
 		t.Run("LeastAllocated", func(t *testing.T) {
 			const name = "drascope-spread"

@@ -1,11 +1,13 @@
 package drascope
 
 import (
+	"context"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/config"
@@ -102,5 +104,20 @@ func TestRequestedDevices(t *testing.T) {
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("claims %v: %d, %v; want %d, %v", tc.claims, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// With the strategy None, PreScore gathers nothing, and NormalizeScore is
+// upstream's.
+func TestScoringNoneAddsNothing(t *testing.T) {
+	pl := &DRAScope{scoring: config.ScoringNone, claims: claimsByName{claims: map[string]*resourceapi.ResourceClaim{
+		"team/two": claim("two", nil, false),
+	}}}
+	state := framework.NewCycleState()
+	if status := pl.PreScore(context.Background(), state, podWithClaims("two"), nil); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	if _, err := state.Read(scoringStateKey); err == nil {
+		t.Error("PreScore wrote scoring state under the strategy None")
 	}
 }
