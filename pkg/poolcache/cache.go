@@ -5,9 +5,10 @@
 // and by the scheduler's in-flight allocations, reported through the DRAScope
 // decorator of the DRA manager, so a device the scheduler has just reserved
 // shows as allocated before the claim status is written. Feeding it only
-// records the change and marks pools dirty; nothing on the scheduling path
-// waits for a recompute. It knows nothing of HTTP, CRDs or metrics:
-// publishers subscribe.
+// records the change and marks pools dirty; the scheduling path waits for a
+// recompute only where device-aware scoring asks for one (Sync in DRAScope's
+// PreScore). It knows nothing of HTTP, CRDs or metrics: publishers
+// subscribe.
 package poolcache
 
 import (
@@ -45,7 +46,9 @@ type Snapshot struct {
 }
 
 // Listener is told which pools have new snapshots (or were removed). It is
-// called from the cache's worker goroutine and must not block for long.
+// called from whichever goroutine ran Sync (the cache's worker, or the
+// scheduling path when scoring asks for fresh snapshots) and must not block
+// for long.
 type Listener func(changed []drausage.PoolID)
 
 // Options configure a Cache.

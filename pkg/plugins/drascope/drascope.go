@@ -35,8 +35,8 @@ const Name = config.PluginName
 // EventsToRegister, SignPod, ...) is DRAScope's too. It overrides Name,
 // PreFilter (admin-access guards; admin access without shared counters),
 // Filter (explains withheld Unhealthy devices and mixed admin access),
-// PreScore and NormalizeScore (device-aware scoring) and EventsToRegister
-// (adds health reports).
+// PreScore, ScoreExtensions and NormalizeScore (device-aware scoring) and
+// EventsToRegister (adds health reports).
 type DRAScope struct {
 	*dynamicresources.DynamicResources
 

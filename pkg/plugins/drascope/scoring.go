@@ -61,7 +61,9 @@ func (pl *DRAScope) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 		return nil
 	}
 	// Devices reserved for the previous pod count now, not when the
-	// cache's worker gets to them.
+	// cache's worker gets to them. This recomputes every dirty pool (one
+	// or two between consecutive pods; all of a driver's after it
+	// republished) and waits for a recompute already running.
 	pl.pools.Sync()
 	feasible := sets.New[string]()
 	for _, node := range nodes {
@@ -105,10 +107,11 @@ func (pl *DRAScope) NormalizeScore(ctx context.Context, state fwk.CycleState, po
 }
 
 // combineScores turns upstream's raw scores into ranks, gives each rank an
-// equal band of [0, MaxNodeScore] (the best rank the top band), and places
-// each node within its band by its device score (0 to 1). A prioritized
-// list's preference thus always wins; device use decides among equals, and
-// alone when upstream ranks every node alike.
+// equal band of [0, MaxScore] (the best rank the top band), and places each
+// node within its band by its device score (0 to 1), never on the band's
+// upper edge. A prioritized list's preference thus always wins; device use
+// decides among equals, and alone when upstream ranks every node alike.
+// With more ranks than points (over 100), neighbouring ranks share a score.
 func combineScores(scores fwk.NodeScoreList, device func(node string) float64) {
 	var raw []int64
 	for _, s := range scores {
@@ -116,10 +119,10 @@ func combineScores(scores fwk.NodeScoreList, device func(node string) float64) {
 	}
 	slices.Sort(raw)
 	raw = slices.Compact(raw)
-	width := float64(fwk.MaxScore) / float64(len(raw))
+	width := max(fwk.MaxScore/int64(len(raw)), 1)
 	for i := range scores {
 		rank, _ := slices.BinarySearch(raw, scores[i].Score)
-		scores[i].Score = int64(math.Round(float64(rank)*width + device(scores[i].Name)*width))
+		scores[i].Score = min(int64(rank)*width+int64(math.Round(device(scores[i].Name)*float64(width-1))), fwk.MaxScore)
 	}
 }
 
@@ -140,15 +143,11 @@ func deviceScore(strategy config.ScoringStrategy, u deviceUse, requested int) fl
 // requestedDevices counts the devices the pod's claims still to allocate
 // ask for: a request's count (the first subrequest's, for a prioritized
 // list), none for admin access, which uses nothing up, nor for
-// allocationMode All, whose count depends on the node. It reports false
-// when there is nothing to score: no device to use up (no claim to
-// allocate, or only admin access, as for monitors, which go where upstream
-// puts them), or extended resources DRA serves, which NodeResourcesFit
-// scores already.
+// allocationMode All, whose count depends on the node; devices a pod gets
+// through extended resources are not counted. It reports false when there
+// is nothing to score: no device to use up (no claim to allocate, or only
+// admin access, as for monitors, which go where upstream puts them).
 func (pl *DRAScope) requestedDevices(pod *v1.Pod) (int, bool) {
-	if pl.requestsDRAExtendedResources(pod) {
-		return 0, false
-	}
 	n, toAllocate := 0, false
 	for i := range pod.Spec.ResourceClaims {
 		claim, err := pl.podClaim(pod, &pod.Spec.ResourceClaims[i])

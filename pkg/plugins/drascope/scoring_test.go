@@ -50,7 +50,7 @@ func TestCombineScores(t *testing.T) {
 	// Upstream ranks all alike: the device score decides, over the whole range.
 	scores := scoresOf(map[string]int64{"a": 0, "b": 0, "c": 0})
 	combineScores(scores, byName)
-	if diff := cmp.Diff(scoresOf(map[string]int64{"a": 90, "b": 50, "c": 10}), scores); diff != "" {
+	if diff := cmp.Diff(scoresOf(map[string]int64{"a": 89, "b": 50, "c": 10}), scores); diff != "" {
 		t.Errorf("uniform upstream scores (-want +got):\n%s", diff)
 	}
 
@@ -58,11 +58,19 @@ func TestCombineScores(t *testing.T) {
 	// c comes first however full a and b are; a before b.
 	scores = scoresOf(map[string]int64{"a": 7, "b": 7, "c": 8})
 	combineScores(scores, byName)
-	if diff := cmp.Diff(scoresOf(map[string]int64{"a": 45, "b": 25, "c": 55}), scores); diff != "" {
+	if diff := cmp.Diff(scoresOf(map[string]int64{"a": 44, "b": 25, "c": 55}), scores); diff != "" {
 		t.Errorf("prioritized list (-want +got):\n%s", diff)
 	}
 	if !(scores[2].Score > scores[0].Score && scores[0].Score > scores[1].Score) {
 		t.Errorf("ranking %v: want c, a, b", scores)
+	}
+
+	// A full node of the lower rank never ties an empty one of the higher.
+	device = map[string]float64{"a": 1, "c": 0}
+	scores = scoresOf(map[string]int64{"a": 7, "c": 8})
+	combineScores(scores, byName)
+	if scores[1].Score <= scores[0].Score {
+		t.Errorf("ranking %v: the higher rank must win whatever the devices", scores)
 	}
 }
 

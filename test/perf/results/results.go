@@ -36,7 +36,8 @@ type IndexEntry struct {
 	// Pair numbers the runs of a workload with -perf-pairs, from 1; an
 	// index without it (0) has one pair.
 	Pair int `json:"pair,omitempty"`
-	// Position is 1 when the variant ran first for this workload, 2 second.
+	// Position is the variant's place in the order the workload ran its
+	// variants, from 1.
 	Position int `json:"position"`
 	// ResultFile is scheduler_perf's JSON file, in the same directory.
 	ResultFile string `json:"resultFile"`
@@ -134,7 +135,7 @@ func (r *Run) readResult(path string) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	plugin := "DynamicResources"
-	if r.Variant == DRAScope {
+	if r.Variant != Upstream {
 		plugin = "DRAScope"
 	}
 	for _, item := range items.DataItems {
@@ -231,7 +232,7 @@ func Compare(runs []Run) ([]Row, error) {
 				Upstream:      *p.upstream,
 				DRAScope:      *p.drascope,
 				Ratio:         p.drascope.Throughput.Average / p.upstream.Throughput.Average,
-				DRAScopeFirst: p.drascope.Position == 1,
+				DRAScopeFirst: p.drascope.Position < p.upstream.Position,
 			})
 		}
 		if len(complete) == 0 {
