@@ -25,6 +25,20 @@ func claim(name string, allocated bool) *resourceapi.ResourceClaim {
 	return c
 }
 
+// cacheWithGPUs is a side cache of one pool, node-a, with these devices.
+func cacheWithGPUs(names ...string) *poolcache.Cache {
+	cache := poolcache.New(poolcache.Options{})
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Spec:       resourceapi.ResourceSliceSpec{Driver: pool.Driver, Pool: resourceapi.ResourcePool{Name: pool.Pool, Generation: 1, ResourceSliceCount: 1}},
+	}
+	for _, name := range names {
+		slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{Name: name})
+	}
+	cache.SetSlice(slice)
+	return cache
+}
+
 // api is what the apiserver holds: a map stands in for the GET only.
 type api map[string]*resourceapi.ResourceClaim
 
@@ -59,12 +73,7 @@ func conflictsIn(cache *poolcache.Cache) (suspected, confirmed int) {
 // reported; once the API holds it too, it is, once.
 func TestOnlyConflictsTheAPIHoldsAreReported(t *testing.T) {
 	ctx := context.Background()
-	cache := poolcache.New(poolcache.Options{})
-	cache.SetSlice(&resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: pool.Driver, Pool: resourceapi.ResourcePool{Name: pool.Pool, Generation: 1, ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{Name: "gpu-0"}}},
-	})
+	cache := cacheWithGPUs("gpu-0")
 	a := api{"ns/first": claim("first", true), "ns/second": claim("second", false)}
 	cache.SetClaim(a["ns/first"])
 	// The scheduler's in-flight view: "second" on gpu-0 too, which the
@@ -118,12 +127,7 @@ func TestOnlyConflictsTheAPIHoldsAreReported(t *testing.T) {
 // A claim deleted, or deleted and re-created under the same name, no longer
 // takes part.
 func TestGoneClaimsDoNotConfirm(t *testing.T) {
-	cache := poolcache.New(poolcache.Options{})
-	cache.SetSlice(&resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: pool.Driver, Pool: resourceapi.ResourcePool{Name: pool.Pool, Generation: 1, ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{Name: "gpu-0"}}},
-	})
+	cache := cacheWithGPUs("gpu-0")
 	cache.SetClaim(claim("first", true))
 	cache.SetClaim(claim("second", true))
 	cache.SetClaim(claim("third", true))
@@ -143,12 +147,7 @@ func TestGoneClaimsDoNotConfirm(t *testing.T) {
 // Claims read one after another may not have held their devices at the
 // same moment: a claim that changed between two reads confirms nothing.
 func TestClaimsChangedBetweenReadsDoNotConfirm(t *testing.T) {
-	cache := poolcache.New(poolcache.Options{})
-	cache.SetSlice(&resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: pool.Driver, Pool: resourceapi.ResourcePool{Name: pool.Pool, Generation: 1, ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{Name: "gpu-0"}}},
-	})
+	cache := cacheWithGPUs("gpu-0")
 	cache.SetClaim(claim("first", true))
 	cache.SetClaim(claim("second", true))
 	cache.Sync()
@@ -174,12 +173,7 @@ func TestClaimsChangedBetweenReadsDoNotConfirm(t *testing.T) {
 // A pool checked again only when what is unconfirmed changes: recomputes
 // that leave it as it was wait for the backoff.
 func TestPoolsAreQueuedWhenTheirUnconfirmedConflictsChange(t *testing.T) {
-	cache := poolcache.New(poolcache.Options{})
-	cache.SetSlice(&resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: pool.Driver, Pool: resourceapi.ResourcePool{Name: pool.Pool, Generation: 1, ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{Name: "gpu-0"}, {Name: "gpu-1"}}},
-	})
+	cache := cacheWithGPUs("gpu-0", "gpu-1")
 	checker := New(cache, api{}.get, Options{})
 	defer checker.queue.ShutDown()
 	cache.Subscribe(checker.changed)

@@ -9,12 +9,10 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
-	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/poolstatus"
 )
 
@@ -147,25 +145,9 @@ func (s *scenario) waitForPoolsToMatchTheAPI(pools []string) time.Time {
 // poolMismatch describes the first pool whose ResourcePool differs from a
 // recount, or returns "".
 func (s *scenario) poolMismatch(ctx context.Context, pools []string) string {
-	sliceList, err := env.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	recount, err := usageFromAPI(ctx, s.namespace)
 	if err != nil {
 		return err.Error()
-	}
-	claims, err := env.client.ResourceV1().ResourceClaims(s.namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err.Error()
-	}
-	var slicePointers []*resourceapi.ResourceSlice
-	for i := range sliceList.Items {
-		slicePointers = append(slicePointers, &sliceList.Items[i])
-	}
-	var claimPointers []*resourceapi.ResourceClaim
-	for i := range claims.Items {
-		claimPointers = append(claimPointers, &claims.Items[i])
-	}
-	recount := map[string]drausage.PoolUsage{}
-	for _, usage := range drausage.ComputePoolUsage(slicePointers, claimPointers, drausage.Options{}) {
-		recount[usage.Pool] = usage
 	}
 	for _, pool := range pools {
 		usage, ok := recount[pool]

@@ -417,16 +417,28 @@ var adminNamespaceLabels = map[string]string{resourceapi.DRAAdminNamespaceLabelK
 // It is drascope's own counting rule, the conflicts of pkg/drausage, applied
 // to what the apiserver stores.
 func (s *scenario) checkNoDeviceAllocatedTwice() {
-	ctx := context.Background()
-	slices, err := env.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	usage, err := usageFromAPI(context.Background(), "")
 	if err != nil {
-		s.t.Errorf("listing slices for the invariant check: %v", err)
+		s.t.Errorf("counting for the invariant check: %v", err)
 		return
 	}
-	claims, err := env.client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	for _, pool := range usage {
+		for _, c := range pool.Conflicts {
+			s.t.Errorf("%s; claims: %v", c.Message, c.Claims)
+		}
+	}
+}
+
+// usageFromAPI counts every pool from the apiserver's slices and the
+// claims of namespace (every namespace when ""), by pool name.
+func usageFromAPI(ctx context.Context, namespace string) (map[string]drausage.PoolUsage, error) {
+	slices, err := env.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		s.t.Errorf("listing claims for the invariant check: %v", err)
-		return
+		return nil, fmt.Errorf("listing slices: %w", err)
+	}
+	claims, err := env.client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing claims: %w", err)
 	}
 	slicePointers := make([]*resourceapi.ResourceSlice, 0, len(slices.Items))
 	for i := range slices.Items {
@@ -436,11 +448,11 @@ func (s *scenario) checkNoDeviceAllocatedTwice() {
 	for i := range claims.Items {
 		claimPointers = append(claimPointers, &claims.Items[i])
 	}
-	for _, pool := range drausage.ComputePoolUsage(slicePointers, claimPointers, drausage.Options{}) {
-		for _, c := range pool.Conflicts {
-			s.t.Errorf("%s; claims: %v", c.Message, c.Claims)
-		}
+	byPool := map[string]drausage.PoolUsage{}
+	for _, usage := range drausage.ComputePoolUsage(slicePointers, claimPointers, drausage.Options{}) {
+		byPool[usage.Pool] = usage
 	}
+	return byPool, nil
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/drascope/drascope/pkg/drausage"
@@ -114,25 +113,9 @@ func (s *scenario) placeOneByOne(scheduler, prefix string, n int) []string {
 // them: a line per node, # for an allocated device, . for a free one.
 func (s *scenario) deviceGrid(nodes []string) string {
 	s.t.Helper()
-	slices, err := env.client.ResourceV1().ResourceSlices().List(s.ctx, metav1.ListOptions{})
+	byPool, err := usageFromAPI(s.ctx, s.namespace)
 	if err != nil {
 		s.t.Fatal(err)
-	}
-	claims, err := env.client.ResourceV1().ResourceClaims(s.namespace).List(s.ctx, metav1.ListOptions{})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	var slicePointers []*resourceapi.ResourceSlice
-	for i := range slices.Items {
-		slicePointers = append(slicePointers, &slices.Items[i])
-	}
-	var claimPointers []*resourceapi.ResourceClaim
-	for i := range claims.Items {
-		claimPointers = append(claimPointers, &claims.Items[i])
-	}
-	byPool := map[string]drausage.PoolUsage{}
-	for _, usage := range drausage.ComputePoolUsage(slicePointers, claimPointers, drausage.Options{}) {
-		byPool[usage.Pool] = usage
 	}
 	var b strings.Builder
 	for i, node := range nodes {
