@@ -27,7 +27,10 @@ const poolsExample = `  # Every pool, one row each
   kubectl dra pools -o yaml
 
   # How many nodes could take an 8-GPU pod right now
-  kubectl dra pools --driver gpu.example.com --fit 8`
+  kubectl dra pools --driver gpu.example.com --fit 8
+
+  # The table, then a row each time a pool's counts change (Ctrl-C stops)
+  kubectl dra pools --node node-1 --watch`
 
 // poolsOptions are the flags and state of kubectl dra pools.
 type poolsOptions struct {
@@ -38,7 +41,9 @@ type poolsOptions struct {
 	// fit, when positive, adds a line saying which nodes have at least
 	// that many devices available.
 	fit int
-	now func() time.Time
+	// watch prints a row each time a pool's counts change, after the table.
+	watch bool
+	now   func() time.Time
 
 	source *poolSource
 	// printer writes -o json|yaml|name|...; nil for the table (-o wide or
@@ -55,7 +60,7 @@ func newPoolsCommand(configFlags *genericclioptions.ConfigFlags, streams generic
 		now:         time.Now,
 	}
 	cmd := &cobra.Command{
-		Use:     "pools [--driver DRIVER] [--node NODE] [--fit N] [-o wide|json|yaml]",
+		Use:     "pools [--driver DRIVER] [--node NODE] [--fit N] [-w] [-o wide|json|yaml]",
 		Short:   "List DRA pools with their device counts",
 		Example: poolsExample,
 		Args:    cobra.NoArgs,
@@ -71,6 +76,7 @@ func newPoolsCommand(configFlags *genericclioptions.ConfigFlags, streams generic
 	}
 	cmd.Flags().StringVar(&o.driver, "driver", "", "Only pools of this DRA driver.")
 	cmd.Flags().StringVar(&o.node, "node", "", "Only pools of devices local to this node.")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "After the table, watch the pools and print a row each time one's counts change, as kubectl get --watch does. Changes are seen through watches on ResourcePools, ResourceSlices and ResourceClaims (those the user may watch); each row is what kubectl dra pools would print then.")
 	cmd.Flags().IntVar(&o.fit, "fit", 0, "After the table, say which nodes have at least this many available devices in their node-local pools (of --driver, if given): where a pod asking for that many could go now. The partitions of a partitionable GPU count one each.")
 	addOutputFlags(cmd, o.printFlags)
 	return cmd
@@ -111,6 +117,9 @@ func (o *poolsOptions) Validate() error {
 	if o.fit > 0 && o.printer != nil {
 		return fmt.Errorf("--fit adds a line to the table; it does not combine with -o %s", *o.printFlags.OutputFormat)
 	}
+	if o.watch && o.printer != nil {
+		return fmt.Errorf("--watch prints table rows; it does not combine with -o %s", *o.printFlags.OutputFormat)
+	}
 	return nil
 }
 
@@ -132,16 +141,73 @@ func (o *poolsOptions) Run(ctx context.Context) error {
 	}
 	if len(pools) == 0 {
 		fmt.Fprintln(o.ErrOut, "No pools found.")
-		return nil
-	}
-	if err := printPoolTable(o.Out, pools, o.wide, o.now()); err != nil {
+	} else if err := printPoolTable(o.Out, pools, o.wide, o.now()); err != nil {
 		return err
 	}
-	if o.fit > 0 {
+	if o.fit > 0 && len(pools) > 0 {
 		fmt.Fprintln(o.Out)
 		fmt.Fprintln(o.Out, fitLine(pools, o.fit))
 	}
+	if o.watch {
+		return o.watchPools(ctx, pools)
+	}
 	return nil
+}
+
+// watchCoalesce is how long --watch waits after a change for more before
+// listing the pools again: a scheduling burst changes many objects at once.
+const watchCoalesce = 300 * time.Millisecond
+
+// watchPools prints a row for each pool that appears or whose row changes,
+// until ctx ends. Watches on the objects pools are made of say when to look;
+// the pools are then listed as at the start, so a row says what the table
+// would.
+func (o *poolsOptions) watchPools(ctx context.Context, shown []v1alpha1.ResourcePool) error {
+	last := map[string]string{}
+	for i := range shown {
+		last[shown[i].Name] = rowKey(&shown[i])
+	}
+	changed := make(chan struct{}, 1)
+	o.source.Watch(ctx, func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(watchCoalesce):
+		}
+		select {
+		case <-changed:
+		default:
+		}
+		o.source.Refresh()
+		pools, _, err := o.source.List(ctx, poolFilter{driver: o.driver, node: o.node})
+		if err != nil {
+			fmt.Fprintln(o.ErrOut, err)
+			continue
+		}
+		var rows []v1alpha1.ResourcePool
+		for i := range pools {
+			if key := rowKey(&pools[i]); last[pools[i].Name] != key {
+				last[pools[i].Name] = key
+				rows = append(rows, pools[i])
+			}
+		}
+		if len(rows) > 0 {
+			if err := printPoolRows(o.Out, rows, o.wide, o.now()); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // maxNodesNamed bounds how many nodes the --fit line names.

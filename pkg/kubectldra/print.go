@@ -31,6 +31,19 @@ func printPoolTable(out io.Writer, pools []v1alpha1.ResourcePool, wide bool, now
 		columns = append(columns, "PARTIAL", "SLICES", "VALID", "AGE")
 	}
 	fmt.Fprintln(w, strings.Join(columns, "\t"))
+	writePoolRows(w, pools, wide, now)
+	return w.Flush()
+}
+
+// printPoolRows writes the rows of printPoolTable without its header, as
+// kubectl get --watch writes the rows that follow the first table.
+func printPoolRows(out io.Writer, pools []v1alpha1.ResourcePool, wide bool, now time.Time) error {
+	w := printers.GetNewTabWriter(out)
+	writePoolRows(w, pools, wide, now)
+	return w.Flush()
+}
+
+func writePoolRows(w io.Writer, pools []v1alpha1.ResourcePool, wide bool, now time.Time) {
 	for _, rp := range pools {
 		sum := summaryOf(&rp)
 		row := []string{rp.Name, rp.Spec.Driver, rp.Spec.PoolName, orNone(rp.Spec.NodeName),
@@ -45,7 +58,13 @@ func printPoolTable(out io.Writer, pools []v1alpha1.ResourcePool, wide bool, now
 		}
 		fmt.Fprintln(w, strings.Join(row, "\t"))
 	}
-	return w.Flush()
+}
+
+// rowKey is what a pool's table row says, age aside: a pool is printed
+// again under --watch when it changes.
+func rowKey(rp *v1alpha1.ResourcePool) string {
+	sum := summaryOf(rp)
+	return fmt.Sprint(rp.Spec, *sum, rp.Status.ObservedSliceCount, rp.Status.ExpectedSliceCount, validOf(rp))
 }
 
 // printPool writes a pool as kubectl describe writes an object: counts,

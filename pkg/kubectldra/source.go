@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/drascope/drascope/apis/config"
@@ -105,6 +106,54 @@ func (s *poolSource) List(ctx context.Context, filter poolFilter) ([]v1alpha1.Re
 	}
 	slices.SortFunc(pools, func(a, b v1alpha1.ResourcePool) int { return cmp.Compare(a.Name, b.Name) })
 	return pools, notes, nil
+}
+
+// Refresh forgets what was read of the cluster, so that the next List
+// reads it again.
+func (s *poolSource) Refresh() { s.view = nil }
+
+// Watch calls changed whenever a ResourcePool, ResourceSlice or
+// ResourceClaim changes, until ctx ends, through a watch on each that the
+// user may watch (claims of every namespace, else of the kubeconfig's). A
+// watch that ends is started again after a second; the first events of
+// each, one per existing object, call changed too, which only makes the
+// caller look once more.
+func (s *poolSource) Watch(ctx context.Context, changed func()) {
+	watches := []func(context.Context) (watch.Interface, error){
+		func(ctx context.Context) (watch.Interface, error) {
+			return s.pools.DrascopeV1alpha1().ResourcePools().Watch(ctx, metav1.ListOptions{})
+		},
+		func(ctx context.Context) (watch.Interface, error) {
+			return s.client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
+		},
+		func(ctx context.Context) (watch.Interface, error) {
+			w, err := s.client.ResourceV1().ResourceClaims("").Watch(ctx, metav1.ListOptions{})
+			if apierrors.IsForbidden(err) && s.namespace != "" {
+				return s.client.ResourceV1().ResourceClaims(s.namespace).Watch(ctx, metav1.ListOptions{})
+			}
+			return w, err
+		},
+	}
+	for _, start := range watches {
+		go func() {
+			for ctx.Err() == nil {
+				w, err := start(ctx)
+				if apierrors.IsForbidden(err) || v1alpha1.IsNotServed(err) {
+					return // not this user's to watch, or no such resource
+				}
+				if err == nil {
+					for range w.ResultChan() {
+						changed()
+					}
+					w.Stop()
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+	}
 }
 
 // Get returns one pool: by object name, or (name empty) by driver and pool.

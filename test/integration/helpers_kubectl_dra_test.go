@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -78,4 +79,51 @@ func findLine(out string, prefix ...string) []string {
 		}
 	}
 	return nil
+}
+
+// syncBuffer is a bytes.Buffer that a running command writes while the
+// test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// startKubectlDRA runs `kubectl dra` in-process as the cluster admin until
+// stop is called (or the test ends), for commands that run until stopped;
+// stop returns the command's error.
+func startKubectlDRA(t *testing.T, args ...string) (out *syncBuffer, stop func() error) {
+	t.Helper()
+	kubeconfig, err := env.cp.Kubeconfig("admin", adminToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = &syncBuffer{}
+	cmd := kubectldra.NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: out, ErrOut: &syncBuffer{}})
+	cmd.SetArgs(append([]string{"--kubeconfig=" + kubeconfig}, args...))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	var once sync.Once
+	var result error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			result = <-done
+		})
+		return result
+	}
+	t.Cleanup(func() { _ = stop() })
+	return out, stop
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -390,5 +391,41 @@ func TestKubectlDRADescribeSharedDevice(t *testing.T) {
 		if findLine(out, want...) == nil {
 			t.Errorf("no line starting %q in:\n%s", want, out)
 		}
+	}
+}
+
+// kubectl dra pools --watch prints the table, then a row each time a
+// pool's counts change, until stopped.
+func TestKubectlDRAPoolsWatch(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 2)
+	name := poolObjectName(t, node)
+	s.waitForResourcePool(name, "published", summaryIs(2, 0, 2, 0))
+
+	out, stop := startKubectlDRA(t, "pools", "--node", node, "--watch")
+	want := []string{name, driverName, node, node, "2", "1", "1", "0"}
+	waitForOutput := func(what string, ok func([][]string) bool) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+			return ok(rows(out.String())), nil
+		})
+		if err != nil {
+			t.Fatalf("kubectl dra pools --watch: no %s in:\n%s", what, out.String())
+		}
+	}
+	waitForOutput("table", func(r [][]string) bool { return len(r) >= 2 && r[0][0] == "NAME" })
+
+	s.addClaim("one", false)
+	s.allocateDirectly("one", node, "gpu-0")
+	waitForOutput("row for the allocation", func(r [][]string) bool {
+		return slices.ContainsFunc(r, func(row []string) bool { return slices.Equal(row, want) })
+	})
+	if err := stop(); err != nil {
+		t.Errorf("kubectl dra pools --watch ended with %v, want nil when stopped", err)
+	}
+	t.Logf("kubectl dra pools --node %s --watch\n%s", node, out.String())
+	got := rows(out.String())
+	if len(got) != 3 || got[0][0] != "NAME" || !slices.Equal(got[1][4:], []string{"2", "0", "2", "0"}) {
+		t.Errorf("output rows %q: want the header, the pool before, and the pool after, once each", got)
 	}
 }

@@ -327,10 +327,10 @@ func WriteFragmentation(w io.Writer, runs []Run) error {
 		return order[a.Variant] < order[b.Variant]
 	})
 	var b strings.Builder
-	b.WriteString("\n| Workload | Scheduler | 8-GPU pods placed | 1-GPU pods/s avg (p50/p90) |\n")
-	b.WriteString("|---|---|---|---|\n")
+	b.WriteString("\n| Workload | Pair | Scheduler | 8-GPU pods placed | 1-GPU pods/s avg (p50/p90) |\n")
+	b.WriteString("|---|---|---|---|---|\n")
 	for _, r := range selected {
-		fmt.Fprintf(&b, "| %s/%s | %s | %d of %d | %s |\n", r.TestCase, r.Workload, r.Variant, r.BigPodsPlaced, r.BigPods, throughput(r.Throughput))
+		fmt.Fprintf(&b, "| %s/%s | %d | %s | %d of %d | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, r.BigPodsPlaced, r.BigPods, throughput(r.Throughput))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -162,10 +162,10 @@ func TestWriteFragmentation(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	want := []string{
-		"| Fragmentation/100nodes | upstream | 0 of 50 |",
-		"| Fragmentation/100nodes | drascope | 0 of 50 |",
-		"| Fragmentation/100nodes | drascope-mostallocated | 50 of 50 |",
-		"| Fragmentation/100nodes | drascope-leastallocated | 0 of 50 |",
+		"| Fragmentation/100nodes | 1 | upstream | 0 of 50 |",
+		"| Fragmentation/100nodes | 1 | drascope | 0 of 50 |",
+		"| Fragmentation/100nodes | 1 | drascope-mostallocated | 50 of 50 |",
+		"| Fragmentation/100nodes | 1 | drascope-leastallocated | 0 of 50 |",
 	}
 	if len(lines) != 2+len(want) {
 		t.Fatalf("table:\n%s", b.String())
