@@ -24,6 +24,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -66,7 +67,9 @@ type Runtime struct {
 
 	mu sync.Mutex
 	// first is the profile that started the runtime, and its args.
-	first     *profile
+	first *profile
+	// profiles are the names of every profile that joined.
+	profiles  sets.Set[string]
 	informers informers.SharedInformerFactory
 
 	pools   *poolcache.Cache
@@ -120,6 +123,10 @@ func New(opts ...Option) *Runtime {
 func (r *Runtime) Join(ctx context.Context, h Handle, args *config.DRAScopeArgs) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.profiles == nil {
+		r.profiles = sets.New[string]()
+	}
+	r.profiles.Insert(h.ProfileName())
 	if r.first != nil {
 		if h.SharedInformerFactory() != r.informers {
 			return fmt.Errorf("the DRAScope runtime started by profile %s belongs to another scheduler: make one runtime (draruntime.New) per scheduler", r.first.name)
@@ -271,7 +278,13 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		}
 	})
 	healthmetrics.Register()
-	stopExport := poolmetrics.Export(r.pools)
+	stopExport := poolmetrics.Export(&metricsSource{
+		Cache:   r.pools,
+		r:       r,
+		pods:    factory.Core().V1().Pods().Lister(),
+		claims:  factory.Resource().V1().ResourceClaims().Lister(),
+		classes: factory.Resource().V1().DeviceClasses().Lister(),
+	})
 	r.goroutines.Go(func() {
 		<-ctx.Done()
 		stopExport()
@@ -301,6 +314,13 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		"deviceHealthPolicy", args.DeviceHealth.Policy,
 		"unhealthyHoldTime", args.DeviceHealth.UnhealthyHoldTime.Duration)
 	return nil
+}
+
+// profileNames are the profiles that joined so far.
+func (r *Runtime) profileNames() sets.Set[string] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.profiles.Clone()
 }
 
 // closedBefore waits until ch is closed, and reports whether that happened

@@ -79,6 +79,9 @@ var (
 	healthDesc = metrics.NewDesc("drascope_resourcepool_device_health",
 		"Devices of a pool by the health kubelet last reported for them in pod status (KEP-4680): Healthy, Unhealthy, or Unknown (no report, or an Unhealthy report older than deviceHealth.unhealthyHoldTime).",
 		[]string{"driver", "pool", "node", "health"}, nil, metrics.ALPHA, "")
+	pendingDesc = metrics.NewDesc("drascope_pending_pods",
+		"Pods of this scheduler's DRAScope profiles that are not bound and have a claim still to allocate, by a device class their claims ask for (a pod counts once per class; a prioritized list by its first choice); 0 for every other DeviceClass. Includes pods in a scheduling cycle right now.",
+		[]string{"device_class"}, nil, metrics.ALPHA, "")
 	poolsDesc = metrics.NewDesc("resourcepool_controller_pools_total",
 		"Number of pools the scheduler's side cache tracks.",
 		nil, nil, metrics.ALPHA, "")
@@ -94,6 +97,9 @@ var (
 // Source is what the per-pool gauges read at scrape time.
 type Source interface {
 	List() []*poolcache.Snapshot
+	// PendingPodsByDeviceClass counts the scheduler's pods waiting for
+	// devices, by the device classes their claims ask for.
+	PendingPodsByDeviceClass() map[string]int
 }
 
 // Export registers the metrics in the legacy registry (once per process)
@@ -146,12 +152,16 @@ func (c *poolCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- conflictsDesc
 	ch <- healthDesc
 	ch <- poolsDesc
+	ch <- pendingDesc
 }
 
 func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	source := exported.Load()
 	if source == nil {
 		return
+	}
+	for class, n := range (*source).PendingPodsByDeviceClass() {
+		ch <- metrics.NewLazyConstMetric(pendingDesc, metrics.GaugeValue, float64(n), class)
 	}
 	snapshots := (*source).List()
 	ch <- metrics.NewLazyConstMetric(poolsDesc, metrics.GaugeValue, float64(len(snapshots)))

@@ -1,7 +1,11 @@
 package integration
 
 import (
+	"context"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // A pod whose claim comes from a template lands on the node that has a
@@ -45,4 +49,31 @@ func TestOtherSchedulerNameIsLeftAlone(t *testing.T) {
 	if c := scheduledCondition(foreign); c != nil {
 		t.Errorf("pod foreign has a PodScheduled condition written by drascope-scheduler: %s %s: %s", c.Status, c.Reason, c.Message)
 	}
+}
+
+// drascope_pending_pods counts a pod waiting for a GPU under its device
+// class, and stops counting it once it is gone.
+func TestPendingPodsMetric(t *testing.T) {
+	s := newScenario(t, nil)
+	s.addNode("gpu", 1)
+	s.addClaimTemplate("gpu", false)
+	s.addPod("first", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("first")
+	s.addPod("second", schedulerName, fromTemplate("gpu"))
+	s.waitForPodUnschedulable("second", noDeviceLeft)
+
+	waitForPending := func(want float64) {
+		t.Helper()
+		var got float64
+		err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+			got = scrapeGauge(t, "drascope_pending_pods", map[string]string{"device_class": deviceClassName})
+			return got == want, nil
+		})
+		if err != nil {
+			t.Fatalf("drascope_pending_pods{device_class=%q} = %v, want %v", deviceClassName, got, want)
+		}
+	}
+	waitForPending(1)
+	s.deletePod("second")
+	waitForPending(0)
 }

@@ -1,0 +1,81 @@
+package draruntime
+
+import (
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+
+	"github.com/drascope/drascope/pkg/poolcache"
+)
+
+// metricsSource is what the per-pool gauges and the pending-pods gauge read
+// at scrape time: the side cache, and the scheduler's pods and claims.
+type metricsSource struct {
+	*poolcache.Cache
+	r       *Runtime
+	pods    corelisters.PodLister
+	claims  resourcelisters.ResourceClaimLister
+	classes resourcelisters.DeviceClassLister
+}
+
+// PendingPodsByDeviceClass counts the pods of this scheduler's DRAScope
+// profiles that are not bound, not being deleted, and have a claim still to
+// allocate, by each device class those claims ask for (a pod once per
+// class; a prioritized list counts by its first choice). Every DeviceClass
+// has a count, zero when no pod waits for it, so that an alert sees 0 rather
+// than no series.
+func (s *metricsSource) PendingPodsByDeviceClass() map[string]int {
+	profiles := s.r.profileNames()
+	counts := map[string]int{}
+	if classes, err := s.classes.List(labels.Everything()); err == nil {
+		for _, class := range classes {
+			counts[class.Name] = 0
+		}
+	}
+	pods, err := s.pods.List(labels.Everything())
+	if err != nil {
+		return counts
+	}
+	for _, pod := range pods {
+		if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil || len(pod.Spec.ResourceClaims) == 0 ||
+			!profiles.Has(pod.Spec.SchedulerName) || pod.Status.Phase != v1.PodPending {
+			continue
+		}
+		classes := map[string]bool{}
+		for i := range pod.Spec.ResourceClaims {
+			name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+			if err != nil || name == nil {
+				continue
+			}
+			claim, err := s.claims.ResourceClaims(pod.Namespace).Get(*name)
+			if err != nil || claim.Status.Allocation != nil {
+				continue
+			}
+			for _, class := range requestedClasses(claim) {
+				classes[class] = true
+			}
+		}
+		for class := range classes {
+			counts[class]++
+		}
+	}
+	return counts
+}
+
+// requestedClasses are the device classes a claim's requests name, a
+// prioritized list by its first subrequest.
+func requestedClasses(claim *resourceapi.ResourceClaim) []string {
+	var classes []string
+	for _, request := range claim.Spec.Devices.Requests {
+		switch {
+		case request.Exactly != nil:
+			classes = append(classes, request.Exactly.DeviceClassName)
+		case len(request.FirstAvailable) > 0:
+			classes = append(classes, request.FirstAvailable[0].DeviceClassName)
+		}
+	}
+	return classes
+}
