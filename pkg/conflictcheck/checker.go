@@ -145,7 +145,7 @@ func (c *Checker) changed(ids []drausage.PoolID) {
 		if snap == nil || len(snap.Suspected) == 0 {
 			delete(c.reported, id)
 		} else if reported := c.reported[id]; reported != nil {
-			c.reported[id] = reported.Intersection(keys(snap.Suspected))
+			c.reported[id] = reported.Intersection(drausage.ConflictKeys(snap.Suspected))
 		}
 		fresh := signature != "" && signature != c.queued[id]
 		if signature == "" {
@@ -189,7 +189,7 @@ func (c *Checker) check(ctx context.Context, id drausage.PoolID) error {
 		return err
 	}
 	// The claims involved are enough: others can only add to an over-use.
-	wanted := keys(unconfirmed)
+	wanted := drausage.ConflictKeys(unconfirmed)
 	var real []drausage.Conflict
 	for _, conflict := range drausage.ComputePool(id, c.cache.Slices(id), claims, drausage.Options{}).Conflicts {
 		if wanted.Has(conflict.Key()) {
@@ -272,7 +272,7 @@ func (c *Checker) report(ctx context.Context, id drausage.PoolID, conflicts []dr
 	c.mu.Lock()
 	var suspected sets.Set[string]
 	if snap := c.cache.Get(id); snap != nil {
-		suspected = keys(snap.Suspected)
+		suspected = drausage.ConflictKeys(snap.Suspected)
 	}
 	if c.reported[id] == nil {
 		c.reported[id] = sets.New[string]()
@@ -291,12 +291,4 @@ func (c *Checker) report(ctx context.Context, id drausage.PoolID, conflicts []dr
 	if len(fresh) > 0 && c.opts.Report != nil {
 		c.opts.Report(ctx, id, fresh)
 	}
-}
-
-func keys(conflicts []drausage.Conflict) sets.Set[string] {
-	out := sets.New[string]()
-	for _, conflict := range conflicts {
-		out.Insert(conflict.Key())
-	}
-	return out
 }

@@ -14,6 +14,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 )
 
@@ -159,6 +160,15 @@ type Conflict struct {
 
 // Key identifies a conflict within its pool, whatever the claims involved.
 func (c Conflict) Key() string { return string(c.Kind) + "/" + c.Subject }
+
+// ConflictKeys are the keys of conflicts.
+func ConflictKeys(conflicts []Conflict) sets.Set[string] {
+	keys := sets.New[string]()
+	for _, c := range conflicts {
+		keys.Insert(c.Key())
+	}
+	return keys
+}
 
 // ValidationError is one problem found across a pool's slices and claims.
 type ValidationError struct {

@@ -47,8 +47,8 @@ type Snapshot struct {
 
 // Listener is told which pools have new snapshots (or were removed). It is
 // called from whichever goroutine ran Sync (the cache's worker, or the
-// scheduling path when scoring asks for fresh snapshots) and must not block
-// for long.
+// scheduling path when scoring asks for fresh snapshots) or Confirm, and
+// must not block for long.
 type Listener func(changed []drausage.PoolID)
 
 // Options configure a Cache.
@@ -148,20 +148,19 @@ func (c *Cache) List() []*Snapshot {
 }
 
 // Confirm records that conflicts of a pool were checked against the API and
-// are real, with the claims the API showed taking part. Later snapshots
-// report a conflict while it stays suspected and involves no claim beyond
-// those; one that is no longer suspected now is not recorded.
+// are real, with the claims the API showed taking part. The pool's snapshot
+// and later ones report a conflict while it stays suspected and involves no
+// claim beyond those; one that is no longer suspected now is not recorded.
+// Nothing is recomputed: the new snapshot is the current one with its
+// conflicts filtered again, and listeners are told of it.
 func (c *Cache) Confirm(id drausage.PoolID, conflicts ...drausage.Conflict) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	snap := c.snapshots[id]
 	if snap == nil {
+		c.mu.Unlock()
 		return
 	}
-	suspected := sets.New[string]()
-	for _, conflict := range snap.Suspected {
-		suspected.Insert(conflict.Key())
-	}
+	suspected := drausage.ConflictKeys(snap.Suspected)
 	for _, conflict := range conflicts {
 		if !suspected.Has(conflict.Key()) {
 			continue
@@ -175,7 +174,16 @@ func (c *Cache) Confirm(id drausage.PoolID, conflicts ...drausage.Conflict) {
 		}
 		c.confirmed[id][conflict.Key()] = uids
 	}
-	c.markLocked(id)
+	refiltered := *snap
+	c.keepConfirmedLocked(&refiltered)
+	c.version++
+	refiltered.Version = c.version
+	c.snapshots[id] = &refiltered
+	listeners := c.listeners
+	c.mu.Unlock()
+	for _, l := range listeners {
+		l([]drausage.PoolID{id})
+	}
 }
 
 // Slices returns the slices of a pool as the cache has them.
@@ -551,10 +559,7 @@ func (s *Snapshot) Unconfirmed() []drausage.Conflict {
 	if len(s.Suspected) == len(s.Conflicts) {
 		return nil
 	}
-	confirmed := sets.New[string]()
-	for _, conflict := range s.Conflicts {
-		confirmed.Insert(conflict.Key())
-	}
+	confirmed := drausage.ConflictKeys(s.Conflicts)
 	var out []drausage.Conflict
 	for _, conflict := range s.Suspected {
 		if !confirmed.Has(conflict.Key()) {
