@@ -8,7 +8,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -23,18 +22,14 @@ const adminAccessLabelValue = "true"
 // gate is off, or (with requireNamespaceLabel) the claim's namespace lacks the
 // admin-access label. Allocated claims are left alone: the guard is about
 // handing out new access, not about taking it away.
-func (pl *DRAScope) checkAdminAccess(ctx context.Context, pod *v1.Pod) *fwk.Status {
+func (pl *DRAScope) checkAdminAccess(ctx context.Context, pod *v1.Pod, claims *podClaims) *fwk.Status {
 	if pl.adminAccessEnabled && !pl.requireNamespaceLabel {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	for i := range pod.Spec.ResourceClaims {
-		claim, err := pl.podClaim(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil || claim == nil || claim.Status.Allocation != nil {
-			// Upstream's PreFilter, which ran first, already refused pods
-			// whose claims are missing; nothing for drascope to add.
-			continue
-		}
+	// Claims that are missing are not among them: upstream's PreFilter,
+	// which ran first, already refused such pods.
+	for _, claim := range claims.toAllocate {
 		request := firstAdminAccessRequest(claim)
 		if request == "" {
 			continue
@@ -68,21 +63,6 @@ func (pl *DRAScope) namespaceLabelProblem(namespace string) string {
 			namespace, resourceapi.DRAAdminNamespaceLabelKey, adminAccessLabelValue)
 	}
 	return ""
-}
-
-// podClaim returns the claim that a pod's claim entry refers to, as the
-// scheduler's claim tracker sees it (including in-flight changes), or nil when
-// the claim has not been created yet.
-func (pl *DRAScope) podClaim(pod *v1.Pod, podClaim *v1.PodResourceClaim) (*resourceapi.ResourceClaim, error) {
-	name, _, err := resourceclaim.Name(pod, podClaim)
-	if err != nil || name == nil {
-		return nil, err
-	}
-	claim, err := pl.claims.Get(pod.Namespace, *name)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return claim, err
 }
 
 // firstAdminAccessRequest returns the name of the first request of claim that

@@ -32,7 +32,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
@@ -118,21 +117,9 @@ const (
 	mixedAdminAccess
 )
 
-func (pl *DRAScope) adminAccessUse(pod *v1.Pod) adminAccessUse {
-	admin, ordinary := 0, 0
-	for i := range pod.Spec.ResourceClaims {
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err == nil && name == nil {
-			continue // not needed: the pod's status says none was made
-		}
-		claim, err := pl.podClaim(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil || claim == nil {
-			ordinary++
-			continue
-		}
-		if claim.Status.Allocation != nil {
-			continue
-		}
+func (pl *DRAScope) adminAccessUse(claims *podClaims, pod *v1.Pod) adminAccessUse {
+	admin, ordinary := 0, claims.unknown
+	for _, claim := range claims.toAllocate {
 		for _, request := range claim.Spec.Devices.Requests {
 			if request.Exactly != nil && ptr.Deref(request.Exactly.AdminAccess, false) {
 				admin++
@@ -182,10 +169,10 @@ func (pl *DRAScope) requestsDRAExtendedResources(pod *v1.Pod) bool {
 // preFilterIgnoringCounters runs upstream's PreFilter, over slices without
 // counter consumption when the pod asks for admin access only, and notes a
 // mixed pod in the cycle state for Filter's message.
-func (pl *DRAScope) preFilterIgnoringCounters(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (pl *DRAScope) preFilterIgnoringCounters(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, claims *podClaims) (*fwk.PreFilterResult, *fwk.Status) {
 	use := noAdminAccess
 	if pl.manager != nil {
-		use = pl.adminAccessUse(pod)
+		use = pl.adminAccessUse(claims, pod)
 	}
 	switch use {
 	case onlyAdminAccess:

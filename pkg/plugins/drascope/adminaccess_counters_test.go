@@ -256,7 +256,7 @@ func TestAdminAccessUse(t *testing.T) {
 			if tc.pod != nil {
 				pod = tc.pod(pod)
 			}
-			if got := pl.adminAccessUse(pod); got != tc.want {
+			if got := pl.adminAccessUse(pl.claimsOf(pod), pod); got != tc.want {
 				t.Errorf("adminAccessUse = %v, want %v", got, tc.want)
 			}
 		})

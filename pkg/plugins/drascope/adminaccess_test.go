@@ -158,7 +158,7 @@ func TestCheckAdminAccess(t *testing.T) {
 				claims:                claims,
 				namespaces:            namespaceLister(t, tc.namespaces...),
 			}
-			status := pl.checkAdminAccess(ctx, tc.pod)
+			status := pl.checkAdminAccess(ctx, tc.pod, pl.claimsOf(tc.pod))
 			if status.Code() != tc.wantCode {
 				t.Fatalf("code %v, want %v (message %q)", status.Code(), tc.wantCode, status.Message())
 			}

@@ -181,11 +181,16 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	if pl.health != nil {
 		state.Write(withheldStateKey, &withheldDevices{})
 	}
-	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes)
+	claims := &podClaims{}
+	if pl.enabled && len(pod.Spec.ResourceClaims) > 0 {
+		claims = pl.claimsOf(pod)
+		state.Write(podClaimsKey, claims)
+	}
+	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
 	if !status.IsSuccess() || !pl.enabled {
 		return result, status
 	}
-	if status := pl.checkAdminAccess(ctx, pod); !status.IsSuccess() {
+	if status := pl.checkAdminAccess(ctx, pod, claims); !status.IsSuccess() {
 		return nil, status
 	}
 	return result, status

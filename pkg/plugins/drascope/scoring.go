@@ -56,7 +56,7 @@ func (pl *DRAScope) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 	if pl.scoring == config.ScoringNone || pl.pools == nil {
 		return nil
 	}
-	requested, ok := pl.requestedDevices(pod)
+	requested, ok := requestedDevices(pl.claimsIn(state, pod))
 	if !ok {
 		return nil
 	}
@@ -147,14 +147,9 @@ func deviceScore(strategy config.ScoringStrategy, u deviceUse, requested int) fl
 // through extended resources are not counted. It reports false when there
 // is nothing to score: no device to use up (no claim to allocate, or only
 // admin access, as for monitors, which go where upstream puts them).
-func (pl *DRAScope) requestedDevices(pod *v1.Pod) (int, bool) {
-	n, toAllocate := 0, false
-	for i := range pod.Spec.ResourceClaims {
-		claim, err := pl.podClaim(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil || claim == nil || claim.Status.Allocation != nil {
-			continue
-		}
-		toAllocate = true
+func requestedDevices(claims *podClaims) (int, bool) {
+	n := 0
+	for _, claim := range claims.toAllocate {
 		for _, request := range claim.Spec.Devices.Requests {
 			switch {
 			case request.Exactly != nil:
@@ -167,7 +162,7 @@ func (pl *DRAScope) requestedDevices(pod *v1.Pod) (int, bool) {
 			}
 		}
 	}
-	return n, toAllocate && n > 0
+	return n, n > 0
 }
 
 func exactCount(mode resourceapi.DeviceAllocationMode, count int64) int {

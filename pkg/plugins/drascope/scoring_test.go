@@ -108,7 +108,7 @@ func TestRequestedDevices(t *testing.T) {
 		{[]string{"allocated"}, 0, false},
 		{[]string{"missing"}, 0, false},
 	} {
-		got, ok := pl.requestedDevices(podWithClaims(tc.claims...))
+		got, ok := requestedDevices(pl.claimsOf(podWithClaims(tc.claims...)))
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("claims %v: %d, %v; want %d, %v", tc.claims, got, ok, tc.want, tc.ok)
 		}

@@ -1,0 +1,60 @@
+package drascope
+
+import (
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// podClaims are a pod's claims as a scheduling cycle starts: those still to
+// allocate, and how many could not be read (not created yet, or an error).
+// PreFilter gathers them once; the admin-access guards, the counters
+// workaround and scoring read them, rather than each asking the claim
+// tracker again.
+type podClaims struct {
+	toAllocate []*resourceapi.ResourceClaim
+	unknown    int
+}
+
+// Clone shares the claims: they are only read.
+func (c *podClaims) Clone() fwk.StateData { return c }
+
+const podClaimsKey fwk.StateKey = Name + "/claims"
+
+// claimsOf gathers the pod's claims from the claim tracker (including
+// in-flight changes). A claim the pod's status says was not needed is left
+// out.
+func (pl *DRAScope) claimsOf(pod *v1.Pod) *podClaims {
+	c := &podClaims{}
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		switch {
+		case err != nil:
+			c.unknown++
+			continue
+		case name == nil:
+			continue
+		}
+		claim, err := pl.claims.Get(pod.Namespace, *name)
+		switch {
+		case err != nil:
+			c.unknown++
+		case claim.Status.Allocation == nil:
+			c.toAllocate = append(c.toAllocate, claim)
+		}
+	}
+	return c
+}
+
+// claimsIn returns the claims PreFilter gathered, or gathers them.
+func (pl *DRAScope) claimsIn(state fwk.CycleState, pod *v1.Pod) *podClaims {
+	if state != nil {
+		if data, err := state.Read(podClaimsKey); err == nil {
+			if c, ok := data.(*podClaims); ok {
+				return c
+			}
+		}
+	}
+	return pl.claimsOf(pod)
+}
