@@ -76,7 +76,7 @@ func newPoolsCommand(configFlags *genericclioptions.ConfigFlags, streams generic
 	}
 	cmd.Flags().StringVar(&o.driver, "driver", "", "Only pools of this DRA driver.")
 	cmd.Flags().StringVar(&o.node, "node", "", "Only pools of devices local to this node.")
-	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "After the table, watch the pools and print a row each time one's counts change, as kubectl get --watch does. Changes are seen through watches on ResourcePools, ResourceSlices and ResourceClaims (those the user may watch); each row is what kubectl dra pools would print then.")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "After the table, watch the pools and print a row each time one's counts change, as kubectl get --watch does. Changes are seen through a watch on ResourcePools, and on ResourceSlices and ResourceClaims when the pools are computed from them; each row is what kubectl dra pools would print then.")
 	cmd.Flags().IntVar(&o.fit, "fit", 0, "After the table, say which nodes have at least this many available devices in their node-local pools (of --driver, if given): where a pod asking for that many could go now. The partitions of a partitionable GPU count one each.")
 	addOutputFlags(cmd, o.printFlags)
 	return cmd
@@ -149,7 +149,7 @@ func (o *poolsOptions) Run(ctx context.Context) error {
 		fmt.Fprintln(o.Out, fitLine(pools, o.fit))
 	}
 	if o.watch {
-		return o.watchPools(ctx, pools)
+		return o.watchPools(ctx, pools, len(notes) > 0)
 	}
 	return nil
 }
@@ -159,16 +159,16 @@ func (o *poolsOptions) Run(ctx context.Context) error {
 const watchCoalesce = 300 * time.Millisecond
 
 // watchPools prints a row for each pool that appears or whose row changes,
-// until ctx ends. Watches on the objects pools are made of say when to look;
-// the pools are then listed as at the start, so a row says what the table
-// would.
-func (o *poolsOptions) watchPools(ctx context.Context, shown []v1alpha1.ResourcePool) error {
+// until ctx ends. Watches on the objects pools are made of say when to look
+// (the slices and claims too when the pools were computed from them); the
+// pools are then listed as at the start, so a row says what the table would.
+func (o *poolsOptions) watchPools(ctx context.Context, shown []v1alpha1.ResourcePool, computed bool) error {
 	last := map[string]string{}
 	for i := range shown {
 		last[shown[i].Name] = rowKey(&shown[i])
 	}
 	changed := make(chan struct{}, 1)
-	o.source.Watch(ctx, func() {
+	o.source.Watch(ctx, computed, func() {
 		select {
 		case changed <- struct{}{}:
 		default:

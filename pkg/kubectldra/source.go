@@ -112,27 +112,28 @@ func (s *poolSource) List(ctx context.Context, filter poolFilter) ([]v1alpha1.Re
 // reads it again.
 func (s *poolSource) Refresh() { s.view = nil }
 
-// Watch calls changed whenever a ResourcePool, ResourceSlice or
-// ResourceClaim changes, until ctx ends, through a watch on each that the
-// user may watch (claims of every namespace, else of the kubeconfig's). A
-// watch that ends is started again after a second; the first events of
-// each, one per existing object, call changed too, which only makes the
-// caller look once more.
-func (s *poolSource) Watch(ctx context.Context, changed func()) {
+// Watch calls changed whenever a ResourcePool changes and, when the pools
+// are computed, a ResourceSlice or ResourceClaim, until ctx ends, through a
+// watch on each that the user may watch (claims of every namespace, else of
+// the kubeconfig's). A watch that ends is started again after a second; the
+// first events of each, one per existing object, call changed too, which
+// only makes the caller look once more.
+func (s *poolSource) Watch(ctx context.Context, computed bool, changed func()) {
 	watches := []func(context.Context) (watch.Interface, error){
 		func(ctx context.Context) (watch.Interface, error) {
 			return s.pools.DrascopeV1alpha1().ResourcePools().Watch(ctx, metav1.ListOptions{})
 		},
-		func(ctx context.Context) (watch.Interface, error) {
+	}
+	if computed {
+		watches = append(watches, func(ctx context.Context) (watch.Interface, error) {
 			return s.client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
-		},
-		func(ctx context.Context) (watch.Interface, error) {
+		}, func(ctx context.Context) (watch.Interface, error) {
 			w, err := s.client.ResourceV1().ResourceClaims("").Watch(ctx, metav1.ListOptions{})
 			if apierrors.IsForbidden(err) && s.namespace != "" {
 				return s.client.ResourceV1().ResourceClaims(s.namespace).Watch(ctx, metav1.ListOptions{})
 			}
 			return w, err
-		},
+		})
 	}
 	for _, start := range watches {
 		go func() {
