@@ -49,16 +49,19 @@ var variants = []variant{
 	{name: results.DRAScope, schedulerConfig: "config/drascope.yaml"},
 }
 
-// scoringVariants run besides those in test cases labelled "scoring": DRAScope
-// with each packing strategy (docs/scoring.md).
+// scoringVariants run besides those in test cases labelled "scoring":
+// DRAScope's configuration with each packing strategy (docs/scoring.md).
 var scoringVariants = []variant{
-	{name: results.DRAScopeMostAllocated, schedulerConfig: "config/drascope-mostallocated.yaml"},
-	{name: results.DRAScopeLeastAllocated, schedulerConfig: "config/drascope-leastallocated.yaml"},
+	{name: results.DRAScopeMostAllocated, schedulerConfig: "config/drascope.yaml", strategy: "MostAllocated"},
+	{name: results.DRAScopeLeastAllocated, schedulerConfig: "config/drascope.yaml", strategy: "LeastAllocated"},
 }
 
 type variant struct {
 	name            string
 	schedulerConfig string
+	// strategy, when set, is the scoring.strategy added to the DRAScope
+	// args of schedulerConfig.
+	strategy string
 }
 
 // pairs is how often each workload runs per variant. One pair is what `make
@@ -175,22 +178,22 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry) {
 	} else {
 		entry.BigPods, entry.BigPodsPlaced = counted.created, counted.placed
 	}
-	switch v.name {
-	case results.DRAScope, results.DRAScopeMostAllocated, results.DRAScopeLeastAllocated:
-		// A short run can end before the publisher's first write; what must
-		// hold is that the ResourcePools catch up with the claims.
-		if err := waitForResourcePools(tCtx); err != nil {
-			tCtx.Errorf("ResourcePools do not match the allocated claims: %v", err)
-		}
-		writes, _ = counterSum("drascope_resourcepool_writes_total")
-		entry.ResourcePoolWrites = int(writes)
-		if unhealthy > 0 {
-			tCtx.Errorf("DRAScope allocated %d devices that kubelet reported Unhealthy", unhealthy)
-		}
-	case results.Upstream:
+	if v.name == results.Upstream {
 		if writes != 0 {
 			tCtx.Errorf("the upstream run made %v ResourcePool writes: DRAScope ran in it", writes)
 		}
+		return
+	}
+	// DRAScope, with any scoring strategy.
+	// A short run can end before the publisher's first write; what must
+	// hold is that the ResourcePools catch up with the claims.
+	if err := waitForResourcePools(tCtx); err != nil {
+		tCtx.Errorf("ResourcePools do not match the allocated claims: %v", err)
+	}
+	writes, _ = counterSum("drascope_resourcepool_writes_total")
+	entry.ResourcePoolWrites = int(writes)
+	if unhealthy > 0 {
+		tCtx.Errorf("DRAScope allocated %d devices that kubelet reported Unhealthy", unhealthy)
 	}
 }
 
@@ -411,6 +414,22 @@ func (u unit) configFor(dir string, v variant) (string, error) {
 		tc[k] = val
 	}
 	tc["schedulerConfigPath"] = v.schedulerConfig
+	if v.strategy != "" {
+		schedulerConfig, err := os.ReadFile(v.schedulerConfig)
+		if err != nil {
+			return "", err
+		}
+		const args = "    args:\n"
+		if !strings.Contains(string(schedulerConfig), args) {
+			return "", fmt.Errorf("%s: no DRAScope args to add scoring.strategy to", v.schedulerConfig)
+		}
+		withStrategy := strings.Replace(string(schedulerConfig), args, args+"      scoring:\n        strategy: "+v.strategy+"\n", 1)
+		path := filepath.Join(dir, "scheduler-"+v.name+".yaml")
+		if err := os.WriteFile(path, []byte(withStrategy), 0o644); err != nil {
+			return "", err
+		}
+		tc["schedulerConfigPath"] = path
+	}
 	data, err := yaml.Marshal([]any{tc})
 	if err != nil {
 		return "", err
