@@ -62,14 +62,9 @@ func (s *scenario) addMonitor(name string) {
 // addMonitorBy is addMonitor with the pod placed by another scheduler.
 func (s *scenario) addMonitorBy(name, scheduler string) {
 	s.t.Helper()
-	spec := gpuClaimSpec(true)
-	spec.Devices.Requests[0].Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
-	if _, err := env.client.ResourceV1().ResourceClaims(s.namespace).Create(s.ctx, &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       spec,
-	}, metav1.CreateOptions{}); err != nil {
-		s.t.Fatalf("creating ResourceClaim %s/%s: %v", s.namespace, name, err)
-	}
+	request := gpuClaimSpec(true).Devices.Requests[0]
+	request.Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
+	s.addClaimFor(name, request)
 	s.addPod(name, scheduler, fromClaim(name))
 	s.waitForPodScheduled(name)
 }

@@ -239,12 +239,7 @@ func (s *scenario) addClaimTemplate(name string, adminAccess bool) {
 
 func (s *scenario) addClaim(name string, adminAccess bool) {
 	s.t.Helper()
-	if _, err := env.client.ResourceV1().ResourceClaims(s.namespace).Create(s.ctx, &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       gpuClaimSpec(adminAccess),
-	}, metav1.CreateOptions{}); err != nil {
-		s.t.Fatalf("creating ResourceClaim %s/%s: %v", s.namespace, name, err)
-	}
+	s.addClaimFor(name, gpuClaimSpec(adminAccess).Devices.Requests...)
 }
 
 // podClaimSource names either a template or an existing claim for the pod's
