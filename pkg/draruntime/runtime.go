@@ -483,7 +483,7 @@ func conflictEvents(recorder events.EventRecorderLogger, factory informers.Share
 			}
 			note += "; two schedulers may have allocated at once (see README: Deployment modes)"
 			if len(note) > maxEventNote {
-				note = note[:maxEventNote-3] + "..."
+				note = strings.ToValidUTF8(note[:maxEventNote-3], "") + "..."
 			}
 			for _, slice := range all {
 				if slice.Spec.Driver == pool.Driver && slice.Spec.Pool.Name == pool.Pool {

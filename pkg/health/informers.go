@@ -1,15 +1,13 @@
 package health
 
 import (
-	"context"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -29,17 +27,8 @@ var terminalPhases = fields.AndSelectors(
 // status). Only what health needs is kept of each pod, so a cluster that
 // keeps many finished pods pays a few hundred bytes for each.
 func NewTerminalPodInformer(client kubernetes.Interface) (cache.SharedIndexInformer, error) {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
-			options.FieldSelector = terminalPhases
-			return client.CoreV1().Pods(v1.NamespaceAll).List(ctx, options)
-		},
-		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-			options.FieldSelector = terminalPhases
-			return client.CoreV1().Pods(v1.NamespaceAll).Watch(ctx, options)
-		},
-	}
-	informer := cache.NewSharedIndexInformer(lw, &v1.Pod{}, 0, cache.Indexers{})
+	informer := coreinformers.NewFilteredPodInformer(client, v1.NamespaceAll, 0, cache.Indexers{},
+		func(options *metav1.ListOptions) { options.FieldSelector = terminalPhases })
 	if err := informer.SetTransform(slimTerminalPod); err != nil {
 		return nil, fmt.Errorf("informer of finished pods: %w", err)
 	}

@@ -98,7 +98,7 @@ func (c *Cache) claimedDevices(pod *v1.Pod) (sets.Set[Device], map[string][]reso
 			continue // not needed: no claim was made for this pod
 		}
 		claim, err := c.opts.Resolver.Claim(pod.Namespace, *name)
-		if err != nil || claim == nil || claim.Status.Allocation == nil || !reservedFor(claim, pod.UID) {
+		if err != nil || claim == nil || claim.Status.Allocation == nil || !resourceclaim.IsReservedForPod(pod, claim, false) {
 			complete = false
 			continue
 		}
@@ -111,15 +111,6 @@ func (c *Cache) claimedDevices(pod *v1.Pod) (sets.Set[Device], map[string][]reso
 		results[podClaim.Name] = claim.Status.Allocation.Devices.Results
 	}
 	return devices, results, complete
-}
-
-func reservedFor(claim *resourceapi.ResourceClaim, uid types.UID) bool {
-	for _, consumer := range claim.Status.ReservedFor {
-		if consumer.APIGroup == "" && consumer.Resource == "pods" && consumer.UID == uid {
-			return true
-		}
-	}
-	return false
 }
 
 func isRunning(pod *v1.Pod) bool {
