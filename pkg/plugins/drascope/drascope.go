@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -59,6 +60,9 @@ type DRAScope struct {
 	// deviceHealth.policy Avoid, nil under Ignore: the devices it reports
 	// Unhealthy are withheld.
 	health *health.Cache
+	// classes resolve the device classes a pod asks for, so that a refusal
+	// names only the withheld devices it could use.
+	classes resourcelisters.DeviceClassLister
 	// waiting are the pods to retry when a withheld device recovers.
 	waiting interface{ RetryWhenDeviceRecovers(*v1.Pod) }
 }
@@ -117,6 +121,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		if rt.Withholds() {
 			pl.health = rt.Health()
 			withheld = pl.health
+			pl.classes = fh.SharedInformerFactory().Resource().V1().DeviceClasses().Lister()
 		}
 		manager := newDRAManager(fh.SharedDRAManager(), pl.pools, withheld)
 		handle = &decoratedHandle{Handle: fh, draManager: manager}
@@ -178,13 +183,17 @@ func (pl *DRAScope) Name() string {
 // PreFilter writes; refusing before it would turn a clear "unschedulable"
 // into a PostFilter error. Both run before anything is reserved.
 func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	if pl.health != nil {
-		state.Write(withheldStateKey, &withheldDevices{})
-	}
-	claims := &podClaims{}
+	claims, gathered := &podClaims{}, false
 	if pl.enabled && len(pod.Spec.ResourceClaims) > 0 {
-		claims = pl.claimsOf(pod)
+		claims, gathered = pl.claimsOf(pod), true
 		state.Write(podClaimsKey, claims)
+	}
+	if pl.health != nil {
+		withheld := &withheldDevices{}
+		if gathered {
+			withheld.claims = claims
+		}
+		state.Write(withheldStateKey, withheld)
 	}
 	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
 	if !status.IsSuccess() || !pl.enabled {

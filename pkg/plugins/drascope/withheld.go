@@ -8,9 +8,11 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/drascope/drascope/pkg/deviceclass"
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/health"
 )
@@ -37,7 +39,7 @@ func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	if pl.health == nil {
 		return status
 	}
-	note := pl.withheldIn(state).note(pl, nodeInfo.Node())
+	note := pl.withheldIn(state).note(ctx, pl, nodeInfo.Node())
 	if note == "" {
 		return status
 	}
@@ -49,13 +51,18 @@ func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 const withheldStateKey fwk.StateKey = Name + "/withheld"
 
 // withheldDevices are the Unhealthy devices as one scheduling cycle sees
-// them, grouped by the node that reports them. Filter runs for every node,
+// them, those the pod's claims could use, grouped by the node that reports
+// them. Filter runs for every node,
 // and a pod that does not fit is refused by most of them: scanning every
 // Unhealthy device for each refusal cost a fifth of the test process's CPU in
 // scheduler_perf's UnhealthyDevices workload (docs/perf.md). The grouping is
 // made once, at the cycle's first refusal; Filter runs in parallel, hence
 // the sync.Once.
 type withheldDevices struct {
+	// claims are the pod's, which PreFilter gathered; nil when unknown,
+	// and then every withheld device is named.
+	claims *podClaims
+
 	once sync.Once
 	// byNode are the node-local devices; anyNode those of pools not tied
 	// to one node, which every node can reach. Each is sorted by device.
@@ -79,15 +86,21 @@ func (pl *DRAScope) withheldIn(state fwk.CycleState) *withheldDevices {
 	return &withheldDevices{}
 }
 
-// note describes the Unhealthy devices that node can reach: those reported
-// from the node, and those of pools not tied to one node.
-func (w *withheldDevices) note(pl *DRAScope, node *v1.Node) string {
+// note describes the Unhealthy devices that node can reach (those reported
+// from the node, and those of pools not tied to one node) and that a device
+// class the pod asks for accepts: a pod waiting for a NIC is not told about
+// a withheld GPU.
+func (w *withheldDevices) note(ctx context.Context, pl *DRAScope, node *v1.Node) string {
 	if node == nil {
 		return ""
 	}
 	w.once.Do(func() {
 		w.byNode = map[string][]health.Report{}
+		classes := pl.requestedClasses(w.claims)
 		for _, r := range pl.health.Unhealthy() {
+			if classes != nil && !pl.anyAccepts(ctx, classes, r.Device) {
+				continue
+			}
 			if pl.networkAttached(r.Device) {
 				w.anyNode = append(w.anyNode, r)
 			} else {
@@ -116,6 +129,62 @@ func (w *withheldDevices) note(pl *DRAScope, node *v1.Node) string {
 		parts = append(parts, fmt.Sprintf("%s (%s)", r.Device, r.Detail()))
 	}
 	return "had devices withheld because kubelet reported them Unhealthy: " + strings.Join(parts, ", ")
+}
+
+// requestedClasses are the device classes the claims' requests name, every
+// alternative of a prioritized list included; nil when that is not known
+// (no claims gathered, claims that could not be read, a class not found)
+// or there are none, and then no withheld device is left out.
+func (pl *DRAScope) requestedClasses(claims *podClaims) []*resourceapi.DeviceClass {
+	if claims == nil || claims.unknown > 0 || pl.classes == nil {
+		return nil
+	}
+	classes := []*resourceapi.DeviceClass{}
+	add := func(name string) bool {
+		class, err := pl.classes.Get(name)
+		if err != nil {
+			return false
+		}
+		classes = append(classes, class)
+		return true
+	}
+	for _, claim := range claims.toAllocate {
+		for _, request := range claim.Spec.Devices.Requests {
+			if request.Exactly != nil && !add(request.Exactly.DeviceClassName) {
+				return nil
+			}
+			for _, sub := range request.FirstAvailable {
+				if !add(sub.DeviceClassName) {
+					return nil
+				}
+			}
+		}
+	}
+	if len(classes) == 0 {
+		return nil
+	}
+	return classes
+}
+
+// anyAccepts reports whether one of the classes accepts the device, as its
+// pool's slices in the side cache publish it; true when the device is not
+// found there.
+func (pl *DRAScope) anyAccepts(ctx context.Context, classes []*resourceapi.DeviceClass, d health.Device) bool {
+	id := drausage.PoolID{Driver: d.Driver, Pool: d.Pool}
+	snap := pl.pools.Get(id)
+	if snap == nil {
+		return true
+	}
+	device, ok := deviceclass.Lookup(pl.pools.Slices(id), snap.Generation, d.Name)
+	if !ok {
+		return true
+	}
+	for _, class := range classes {
+		if deviceclass.Accepts(ctx, class, d.Driver, device) {
+			return true
+		}
+	}
+	return false
 }
 
 func byDevice(a, b health.Report) int {

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -153,7 +155,7 @@ func BenchmarkAllocatedState(b *testing.B) {
 }
 
 func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
-	logger, _ := ktesting.NewTestContext(t)
+	logger, ctx := ktesting.NewTestContext(t)
 	// node-0: gpu-0..gpu-7 Unhealthy; node-1: gpu-0, gpu-1.
 	pl := &DRAScope{
 		health: healthCacheWithUnhealthy(logger, 0, 10),
@@ -162,7 +164,7 @@ func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
 	node := func(name string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
 	cycle := &withheldDevices{}
 
-	got := cycle.note(pl, node("node-1"))
+	got := cycle.note(ctx, pl, node("node-1"))
 	for _, want := range []string{"gpu.example.com/node-1/gpu-0 (", "gpu.example.com/node-1/gpu-1 ("} {
 		if !strings.Contains(got, want) {
 			t.Errorf("note for node-1 = %q, want it to name %s", got, want)
@@ -171,10 +173,71 @@ func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
 	if strings.Contains(got, "node-0") {
 		t.Errorf("note for node-1 = %q names node-0's devices", got)
 	}
-	if got := cycle.note(pl, node("node-0")); !strings.Contains(got, "node-0/gpu-2 (") || !strings.HasSuffix(got, "and 5 more") {
+	if got := cycle.note(ctx, pl, node("node-0")); !strings.Contains(got, "node-0/gpu-2 (") || !strings.HasSuffix(got, "and 5 more") {
 		t.Errorf("note for node-0 = %q, want gpu-0..gpu-2 named and 5 more", got)
 	}
-	if got := cycle.note(pl, node("node-2")); got != "" {
+	if got := cycle.note(ctx, pl, node("node-2")); got != "" {
 		t.Errorf("note for node-2, which reported nothing = %q, want none", got)
+	}
+}
+
+func TestWithheldNoteNamesDevicesOfThePodsClassesOnly(t *testing.T) {
+	logger, ctx := ktesting.NewTestContext(t)
+	// node-1: gpu-2 and gpu-3 Unhealthy, published as GPUs.
+	pools := poolcache.New(poolcache.Options{})
+	pools.SetSlice(&resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: "gpu.example.com", NodeName: ptr.To("node-1"),
+			Pool:    resourceapi.ResourcePool{Name: "node-1", Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "gpu-2"}, {Name: "gpu-3"}},
+		},
+	})
+	pools.Sync()
+	classes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for name, driver := range map[string]string{"gpu": "gpu.example.com", "nic": "nic.example.com"} {
+		if err := classes.Add(&resourceapi.DeviceClass{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+				CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)},
+			}}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pl := &DRAScope{
+		health:  healthCacheWithUnhealthy(logger, 10, 2),
+		pools:   pools,
+		classes: resourcelisters.NewDeviceClassLister(classes),
+	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	claimFor := func(requests ...resourceapi.DeviceRequest) *podClaims {
+		return &podClaims{toAllocate: []*resourceapi.ResourceClaim{{Spec: resourceapi.ResourceClaimSpec{
+			Devices: resourceapi.DeviceClaim{Requests: requests},
+		}}}}
+	}
+	exactly := func(class string) resourceapi.DeviceRequest {
+		return resourceapi.DeviceRequest{Name: class, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}
+	}
+	for name, tc := range map[string]struct {
+		claims *podClaims
+		named  bool
+	}{
+		"a NIC is not told of withheld GPUs": {claims: claimFor(exactly("nic"))},
+		"a GPU is":                           {claims: claimFor(exactly("gpu")), named: true},
+		"so is a NIC and a GPU":              {claims: claimFor(exactly("nic"), exactly("gpu")), named: true},
+		"and a prioritized list with a GPU as its second choice": {claims: claimFor(resourceapi.DeviceRequest{Name: "any",
+			FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "nic", DeviceClassName: "nic"}, {Name: "gpu", DeviceClassName: "gpu"}}}), named: true},
+		"claims not gathered name every device": {claims: nil, named: true},
+		"an unknown class names every device":   {claims: claimFor(exactly("fpga")), named: true},
+		"claims that could not be read too":     {claims: &podClaims{unknown: 1}, named: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cycle := &withheldDevices{claims: tc.claims}
+			got := cycle.note(ctx, pl, node)
+			if named := strings.Contains(got, "gpu.example.com/node-1/gpu-2 (") && strings.Contains(got, "gpu.example.com/node-1/gpu-3 ("); named != tc.named || (!named && got != "") {
+				t.Errorf("note = %q; want the withheld GPUs named: %v", got, tc.named)
+			}
+		})
 	}
 }

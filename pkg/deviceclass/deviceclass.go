@@ -1,0 +1,56 @@
+// Package deviceclass answers whether a DeviceClass's selectors accept a
+// device, with upstream's CEL environment and compilation cache, as the
+// allocator evaluates them.
+package deviceclass
+
+import (
+	"context"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+)
+
+// selectors compiles class selectors. Both optional CEL features are on:
+// they only widen what a selector may read, and a driver publishes list
+// attributes or consumable capacity only where the apiserver accepted them.
+var selectors = cel.NewCache(50, cel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: true})
+
+// Accepts reports whether every CEL selector of the class accepts the
+// driver's device. A selector that does not compile, or fails on the
+// device, does not accept it: the allocator would not allocate it either.
+func Accepts(ctx context.Context, class *resourceapi.DeviceClass, driver string, device *resourceapi.Device) bool {
+	input := cel.Device{
+		Driver:                   driver,
+		AllowMultipleAllocations: device.AllowMultipleAllocations,
+		Attributes:               device.Attributes,
+		Capacity:                 device.Capacity,
+	}
+	for _, selector := range class.Spec.Selectors {
+		if selector.CEL == nil {
+			continue
+		}
+		result := selectors.GetOrCompile(selector.CEL.Expression)
+		if result.Error != nil {
+			return false
+		}
+		if matches, _, err := result.DeviceMatches(ctx, input); err != nil || !matches {
+			return false
+		}
+	}
+	return true
+}
+
+// Lookup finds a device by name among a pool's slices of one generation.
+func Lookup(slices []*resourceapi.ResourceSlice, generation int64, name string) (*resourceapi.Device, bool) {
+	for _, slice := range slices {
+		if slice.Spec.Pool.Generation != generation {
+			continue
+		}
+		for i := range slice.Spec.Devices {
+			if slice.Spec.Devices[i].Name == name {
+				return &slice.Spec.Devices[i], true
+			}
+		}
+	}
+	return nil, false
+}
