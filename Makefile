@@ -20,7 +20,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)+drascope.$(DRASCOPE_VERSI
 # Integration tests: the package, and how long it may run.
 INTEGRATION_TIMEOUT ?= 30m
 
-.PHONY: all build test test-unit test-integration perf perf-smoke tools sandbox generate verify clean help
+.PHONY: all build test test-unit test-monitoring test-integration perf perf-smoke tools sandbox generate verify clean help
 
 all: build
 
@@ -34,7 +34,7 @@ build: ## Build bin/drascope-scheduler, bin/kubectl-dra and bin/drascope-sandbox
 
 SANDBOX_FLAGS ?=
 
-sandbox: build tools ## Run the whole product on a local control plane, with a demo (SANDBOX_FLAGS=--help for flags).
+sandbox: build tools $(BIN)/promtool ## Run the whole product on a local control plane, with a demo (SANDBOX_FLAGS=--help for flags).
 	$(BIN)/drascope-sandbox $(SANDBOX_FLAGS)
 
 # The control plane the integration tests run against, built from the exact
@@ -70,12 +70,25 @@ $(BIN)/kwok-stages.yaml: hack/kwok/go.mod hack/kwok/go.sum
 $(BIN)/kubectl: go.mod go.sum
 	$(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kubectl
 
-test: test-unit test-integration perf-smoke ## Run all tests (unit, integration on a real apiserver, scheduler_perf smoke).
+test: test-unit test-monitoring test-integration perf-smoke ## Run all tests (unit, monitoring rules, integration on a real apiserver, scheduler_perf smoke).
 
 test-unit: ## Unit tests: no servers.
 	$(GO) test ./apis/... ./pkg/... ./internal/... ./cmd/... ./test/perf/results/...
 
-test-integration: build tools ## Integration tests on real etcd + kube-apiserver.
+# promtool has a module of its own (hack/prometheus), so that Prometheus'
+# dependencies never move the Kubernetes build. The same module's test
+# parses every PromQL expression of the rules and the dashboard and checks
+# the metrics they name against manifests/monitoring/metric-names.txt, which
+# internal/monitoring's test keeps equal to the scheduler's registry.
+$(BIN)/promtool: hack/prometheus/go.mod hack/prometheus/go.sum
+	cd hack/prometheus && $(GO) build -o $@ github.com/prometheus/prometheus/cmd/promtool
+
+test-monitoring: $(BIN)/promtool ## Prometheus rules (promtool test rules) and the dashboard's PromQL, against the metrics the scheduler registers.
+	$(BIN)/promtool check rules manifests/monitoring/rules.yaml
+	$(BIN)/promtool test rules manifests/monitoring/tests/*.yaml
+	cd hack/prometheus && $(GO) test -count=1 ./...
+
+test-integration: build tools $(BIN)/promtool ## Integration tests on real etcd + kube-apiserver.
 	DRASCOPE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) ./test/integration/... $(if $(CI),-v,)
 
 # scheduler_perf (test/perf): every workload runs with upstream's in-tree
@@ -115,8 +128,9 @@ perf: $(BIN)/etcd ## scheduler_perf performance workloads, upstream vs DRAScope 
 perf-smoke: $(BIN)/etcd ## scheduler_perf short workloads, upstream vs DRAScope (checks the harness, not speed).
 	$(call run-perf,smoke,short)
 
-generate: ## Regenerate deepcopy, conversion and defaulting code, and the ResourcePool clientset, listers and informers.
+generate: ## Regenerate deepcopy, conversion and defaulting code, the ResourcePool clientset, listers and informers, and manifests/monitoring's generated files.
 	hack/update-codegen.sh
+	$(GO) test -count=1 ./internal/monitoring -args -update
 
 # Linters have a module of their own (hack/lint), so that their
 # golang.org/x/tools never moves the Kubernetes build.

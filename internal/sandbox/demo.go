@@ -43,6 +43,11 @@ type demo struct {
 	kubelet    *simulatedKubelet
 	nodes      []string
 	gpus       int
+	// For the alerts step: promtool's directory, and the scheduler's
+	// /metrics and a token that may read it.
+	binDir        string
+	schedulerPort int
+	adminToken    string
 }
 
 func (d *demo) run(ctx context.Context) error {
@@ -55,6 +60,7 @@ func (d *demo) run(ctx context.Context) error {
 		{"The same DaemonSet in a namespace without the admin-access label waits", d.monitorUnlabelled},
 		{"A GPU is reported Unhealthy; the replacement pod gets another one", d.unhealthy},
 		{"The pools fill up; a pending pod says why, and describe node shows where there is room", d.fill},
+		{"The fabric pool runs dry; the shipped alert rules, over the scheduler's metrics, say so", d.alerts},
 	}
 	for i, step := range steps {
 		fmt.Fprintf(d.out, "\n=== Step %d of %d: %s\n", i+1, len(steps), step.title)

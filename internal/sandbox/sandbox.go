@@ -111,7 +111,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	say("Starting drascope-scheduler with manifests/scheduler/config.yaml ...")
-	if err := startScheduler(ctx, cp, kubeconfig); err != nil {
+	schedulerPort, err := startScheduler(ctx, cp, kubeconfig)
+	if err != nil {
 		return err
 	}
 
@@ -137,7 +138,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	say("\nThe sandbox is up after %s. In another shell:\n  export KUBECONFIG=%s\n  kubectl dra pools", time.Since(start).Round(100*time.Millisecond), kubeconfig)
 
 	if opts.Demo {
-		d := &demo{out: out, client: client, pools: pools, kubeconfig: kubeconfig, kubelet: kubelet, nodes: nodes, gpus: opts.DevicesPerNode}
+		d := &demo{out: out, client: client, pools: pools, kubeconfig: kubeconfig, kubelet: kubelet, nodes: nodes, gpus: opts.DevicesPerNode,
+			binDir: opts.BinDir, schedulerPort: schedulerPort, adminToken: adminToken}
 		if err := d.run(ctx); err != nil {
 			return err
 		}
@@ -161,20 +163,21 @@ func Run(ctx context.Context, opts Options) (err error) {
 }
 
 // startScheduler runs bin/drascope-scheduler with the shipped config; only
-// the kubeconfig is added (a Deployment uses its in-cluster config).
-func startScheduler(ctx context.Context, cp *localcluster.ControlPlane, kubeconfig string) error {
+// the kubeconfig is added (a Deployment uses its in-cluster config). It
+// returns the port of its /metrics.
+func startScheduler(ctx context.Context, cp *localcluster.ControlPlane, kubeconfig string) (port int, err error) {
 	shipped, err := manifests.Files.ReadFile("scheduler/config.yaml")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	config := filepath.Join(cp.Dir, "drascope-scheduler.yaml")
 	content := string(shipped) + fmt.Sprintf("\nclientConnection:\n  kubeconfig: %s\n", kubeconfig)
 	if err := os.WriteFile(config, []byte(content), 0o600); err != nil {
-		return err
+		return 0, err
 	}
-	port, err := localcluster.FreePort()
+	port, err = localcluster.FreePort()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	p, err := cp.Run("drascope-scheduler", "drascope-scheduler",
 		"--config="+config,
@@ -183,10 +186,10 @@ func startScheduler(ctx context.Context, cp *localcluster.ControlPlane, kubeconf
 		"--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
 	)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback health check
-	return localcluster.WaitForURL(ctx, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure, "drascope-scheduler", p.Log)
+	return port, localcluster.WaitForURL(ctx, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure, "drascope-scheduler", p.Log)
 }
 
 // waitForPools waits until the scheduler publishes a ResourcePool for every

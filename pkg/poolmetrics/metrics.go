@@ -12,6 +12,7 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/poolcache"
 )
@@ -82,6 +83,12 @@ var (
 	pendingDesc = metrics.NewDesc("drascope_pending_pods",
 		"Pods of this scheduler's DRAScope profiles that are not bound and have a claim still to allocate, by a device class their claims ask for (a pod counts once per class; a prioritized list by its first choice); 0 for every other DeviceClass. Includes pods in a scheduling cycle right now.",
 		[]string{"device_class"}, nil, metrics.ALPHA, "")
+	classAvailableDesc = metrics.NewDesc("drascope_device_class_available_devices",
+		"Available devices that a DeviceClass's selectors accept, over every pool the scheduler sees; 0 for a class no free device matches. With drascope_pending_pods of the class above 0, pods wait for devices no pool has free.",
+		[]string{"device_class"}, nil, metrics.ALPHA, "")
+	conditionDesc = metrics.NewDesc("drascope_resourcepool_condition",
+		"Conditions of a pool, as its ResourcePool status has them (1 true, 0 false): Complete (every slice of the pool's generation is present) and Valid (its slices passed validation and no confirmed allocation conflict).",
+		[]string{"driver", "pool", "node", "condition"}, nil, metrics.ALPHA, "")
 	poolsDesc = metrics.NewDesc("resourcepool_controller_pools_total",
 		"Number of pools the scheduler's side cache tracks.",
 		nil, nil, metrics.ALPHA, "")
@@ -100,6 +107,9 @@ type Source interface {
 	// PendingPodsByDeviceClass counts the scheduler's pods waiting for
 	// devices, by the device classes their claims ask for.
 	PendingPodsByDeviceClass() map[string]int
+	// AvailableDevicesByDeviceClass counts the Available devices each
+	// DeviceClass accepts.
+	AvailableDevicesByDeviceClass() map[string]int
 }
 
 // Export registers the metrics in the legacy registry (once per process)
@@ -108,13 +118,19 @@ type Source interface {
 // one scheduler stopping while the next starts (tests, scheduler_perf)
 // never blanks the newer one's pools.
 func Export(source Source) (stop func()) {
+	Register()
+	p := &source
+	exported.Store(p)
+	return func() { exported.CompareAndSwap(p, nil) }
+}
+
+// Register registers the metrics in the legacy registry, once per process.
+// The per-pool gauges have no series until a source is exported.
+func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, Writes, RecomputeDuration, ConflictChecks)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
-	p := &source
-	exported.Store(p)
-	return func() { exported.CompareAndSwap(p, nil) }
 }
 
 // ObserveRecompute is a poolcache.Options.Observe function.
@@ -153,6 +169,8 @@ func (c *poolCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- healthDesc
 	ch <- poolsDesc
 	ch <- pendingDesc
+	ch <- classAvailableDesc
+	ch <- conditionDesc
 }
 
 func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
@@ -162,6 +180,9 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	}
 	for class, n := range (*source).PendingPodsByDeviceClass() {
 		ch <- metrics.NewLazyConstMetric(pendingDesc, metrics.GaugeValue, float64(n), class)
+	}
+	for class, n := range (*source).AvailableDevicesByDeviceClass() {
+		ch <- metrics.NewLazyConstMetric(classAvailableDesc, metrics.GaugeValue, float64(n), class)
 	}
 	snapshots := (*source).List()
 	ch <- metrics.NewLazyConstMetric(poolsDesc, metrics.GaugeValue, float64(len(snapshots)))
@@ -176,6 +197,8 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		} {
 			ch <- metrics.NewLazyConstMetric(devicesDesc, metrics.GaugeValue, float64(n), append(labels, string(state))...)
 		}
+		ch <- metrics.NewLazyConstMetric(conditionDesc, metrics.GaugeValue, boolValue(s.Complete()), append(labels, v1alpha1.ConditionComplete)...)
+		ch <- metrics.NewLazyConstMetric(conditionDesc, metrics.GaugeValue, boolValue(s.Valid()), append(labels, v1alpha1.ConditionValid)...)
 		conflicts := s.ConflictCounts()
 		for _, kind := range []drausage.ConflictKind{drausage.OverAllocatedDevice, drausage.OverConsumedCapacity, drausage.OverConsumedCounter} {
 			ch <- metrics.NewLazyConstMetric(conflictsDesc, metrics.GaugeValue, float64(conflicts[kind]), append(labels, string(kind))...)
@@ -198,4 +221,11 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 // ObservePublished is a poolpublisher.Options.ObservePublished function.
 func ObservePublished(delay time.Duration) {
 	PublishDelay.WithLabelValues().Observe(delay.Seconds())
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -200,15 +200,7 @@ func startHealthScheduler(t *testing.T, name, deviceHealth string) int {
 // the node's pool with the given health: it has seen the report.
 func waitForHealthGauge(t *testing.T, port int, node, health string, n float64) {
 	t.Helper()
-	labels := map[string]string{"pool": node, "health": health}
-	var got float64
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
-		got = scrapeGaugeAt(t, port, "drascope_resourcepool_device_health", labels)
-		return got == n, nil
-	})
-	if err != nil {
-		t.Fatalf("drascope_resourcepool_device_health%v on port %d: %v, want %v", labels, port, got, n)
-	}
+	waitForGauge(t, port, "drascope_resourcepool_device_health", map[string]string{"pool": node, "health": health}, n)
 }
 
 // unhealthyGPU starts a scheduler called name with the given deviceHealth

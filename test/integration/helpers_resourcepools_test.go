@@ -2,15 +2,11 @@ package integration
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"os"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/internal/monitoring"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
 )
@@ -152,6 +149,20 @@ next:
 	return -1
 }
 
+// waitForGauge waits until the gauge (or counter) with these labels of the
+// scheduler serving on port has the value.
+func waitForGauge(t *testing.T, port int, name string, labels map[string]string, want float64) {
+	t.Helper()
+	var got float64
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		got = scrapeGaugeAt(t, port, name, labels)
+		return got == want, nil
+	})
+	if err != nil {
+		t.Fatalf("%s%v on port %d = %v, want %v", name, labels, port, got, want)
+	}
+}
+
 // scrapeMetrics reads the in-process scheduler's /metrics as an admin (the
 // endpoint is behind delegated authorization).
 func scrapeMetrics(t *testing.T) map[string]*dto.MetricFamily {
@@ -161,23 +172,9 @@ func scrapeMetrics(t *testing.T) map[string]*dto.MetricFamily {
 
 func scrapeMetricsAt(t *testing.T, port int) map[string]*dto.MetricFamily {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
+	families, err := monitoring.Scrape(context.Background(), port, adminToken)
 	if err != nil {
 		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := insecureClient().Do(req)
-	if err != nil {
-		t.Fatalf("scraping /metrics: %v", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("scraping /metrics: %s", resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parsing /metrics: %v", err)
 	}
 	return families
 }

@@ -1,11 +1,7 @@
 package integration
 
 import (
-	"context"
 	"testing"
-	"time"
-
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // A pod whose claim comes from a template lands on the node that has a
@@ -64,14 +60,7 @@ func TestPendingPodsMetric(t *testing.T) {
 
 	waitForPending := func(want float64) {
 		t.Helper()
-		var got float64
-		err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
-			got = scrapeGauge(t, "drascope_pending_pods", map[string]string{"device_class": deviceClassName})
-			return got == want, nil
-		})
-		if err != nil {
-			t.Fatalf("drascope_pending_pods{device_class=%q} = %v, want %v", deviceClassName, got, want)
-		}
+		waitForGauge(t, env.schedulerPort, "drascope_pending_pods", map[string]string{"device_class": deviceClassName}, want)
 	}
 	waitForPending(1)
 	s.deletePod("second")

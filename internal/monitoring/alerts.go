@@ -1,0 +1,151 @@
+package monitoring
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"sigs.k8s.io/yaml"
+)
+
+// Scrape reads a drascope-scheduler's /metrics on 127.0.0.1:port with a
+// bearer token the scheduler's delegated authorization lets read it. The
+// serving certificate is the scheduler's self-signed one, so it is not
+// verified: use it on loopback only.
+func Scrape(ctx context.Context, port int, token string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, the scheduler's self-signed certificate
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping /metrics: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping /metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parsing /metrics: %w", err)
+	}
+	return families, nil
+}
+
+// Series is one sample of a gauge.
+type Series struct {
+	Name   string
+	Labels map[string]string
+	Value  float64
+}
+
+func (s Series) String() string {
+	pairs := make([]string, 0, len(s.Labels))
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		pairs = append(pairs, fmt.Sprintf("%s=%q", k, s.Labels[k]))
+	}
+	return s.Name + "{" + strings.Join(pairs, ",") + "}"
+}
+
+// DrascopeGauges are the samples of drascope's gauges (the ones the alerts
+// read) whose labels keep accepts.
+func DrascopeGauges(families map[string]*dto.MetricFamily, keep func(labels map[string]string) bool) []Series {
+	var series []Series
+	for _, name := range slices.Sorted(maps.Keys(families)) {
+		family := families[name]
+		if !strings.HasPrefix(name, "drascope_") || family.GetType() != dto.MetricType_GAUGE {
+			continue
+		}
+		for _, m := range family.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if keep(labels) {
+				series = append(series, Series{Name: name, Labels: labels, Value: m.GetGauge().GetValue()})
+			}
+		}
+	}
+	return series
+}
+
+// Alert is a firing alert: its name and the labels the rule gives it.
+type Alert struct {
+	Name   string
+	Labels map[string]string
+}
+
+func (a Alert) String() string {
+	return Series{Name: a.Name, Labels: a.Labels}.String()
+}
+
+// holdMinutes is how long CheckAlerts holds the series: longer than any alert's
+// "for" in rules.yaml.
+const holdMinutes = 20
+
+// CheckAlerts runs promtool test rules: rules evaluated over the series,
+// each held at its value for 20 minutes, must fire exactly the alerts want
+// at the 15th minute, no more and no fewer. The error holds promtool's
+// report of what fired instead.
+func CheckAlerts(ctx context.Context, promtool string, rules []byte, series []Series, want []Alert) error {
+	dir, err := os.MkdirTemp("", "drascope-alerts-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	rulesFile := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rulesFile, rules, 0o600); err != nil {
+		return err
+	}
+	input := make([]map[string]string, 0, len(series))
+	for _, s := range series {
+		input = append(input, map[string]string{"series": s.String(), "values": fmt.Sprintf("%gx%d", s.Value, holdMinutes)})
+	}
+	expected := make([]map[string]any, 0, len(want))
+	for _, a := range want {
+		labels := maps.Clone(a.Labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels["alertname"] = a.Name
+		labels["alertstate"] = "firing"
+		expected = append(expected, map[string]any{"labels": Series{Name: "ALERTS", Labels: labels}.String(), "value": 1})
+	}
+	test, err := yaml.Marshal(map[string]any{
+		"rule_files":          []string{rulesFile},
+		"evaluation_interval": "1m",
+		"tests": []any{map[string]any{
+			"interval":     "1m",
+			"input_series": input,
+			"promql_expr_test": []any{map[string]any{
+				"expr":        `ALERTS{alertstate="firing"}`,
+				"eval_time":   "15m",
+				"exp_samples": expected,
+			}},
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	testFile := filepath.Join(dir, "alerts_test.yaml")
+	if err := os.WriteFile(testFile, test, 0o600); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, promtool, "test", "rules", testFile).CombinedOutput(); err != nil {
+		return fmt.Errorf("promtool test rules: %w: the alerts that fire are not %v:\n%s", err, want, out)
+	}
+	return nil
+}
