@@ -92,14 +92,15 @@ func (a Alert) String() string {
 	return Series{Name: a.Name, Labels: a.Labels}.String()
 }
 
-// holdMinutes is how long CheckAlerts holds the series: longer than any alert's
-// "for" in rules.yaml.
-const holdMinutes = 20
+// EvalMinutes is when CheckAlerts looks at which alerts fire: longer than
+// any alert's "for" in rules.yaml (a test checks it), so that an alert whose
+// expression holds has fired by then.
+const EvalMinutes = 20
 
 // CheckAlerts runs promtool test rules: rules evaluated over the series,
-// each held at its value for 20 minutes, must fire exactly the alerts want
-// at the 15th minute, no more and no fewer. The error holds promtool's
-// report of what fired instead.
+// each held at its value, must fire exactly the alerts want after
+// EvalMinutes, no more and no fewer. The error holds promtool's report of
+// what fired instead.
 func CheckAlerts(ctx context.Context, promtool string, rules []byte, series []Series, want []Alert) error {
 	dir, err := os.MkdirTemp("", "drascope-alerts-")
 	if err != nil {
@@ -112,7 +113,7 @@ func CheckAlerts(ctx context.Context, promtool string, rules []byte, series []Se
 	}
 	input := make([]map[string]string, 0, len(series))
 	for _, s := range series {
-		input = append(input, map[string]string{"series": s.String(), "values": fmt.Sprintf("%gx%d", s.Value, holdMinutes)})
+		input = append(input, map[string]string{"series": s.String(), "values": fmt.Sprintf("%gx%d", s.Value, EvalMinutes+1)})
 	}
 	expected := make([]map[string]any, 0, len(want))
 	for _, a := range want {
@@ -132,7 +133,7 @@ func CheckAlerts(ctx context.Context, promtool string, rules []byte, series []Se
 			"input_series": input,
 			"promql_expr_test": []any{map[string]any{
 				"expr":        `ALERTS{alertstate="firing"}`,
-				"eval_time":   "15m",
+				"eval_time":   fmt.Sprintf("%dm", EvalMinutes),
 				"exp_samples": expected,
 			}},
 		}},

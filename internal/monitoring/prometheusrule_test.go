@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -82,5 +83,48 @@ func TestPrometheusRuleIsCurrent(t *testing.T) {
 	}
 	if string(got) != want {
 		t.Fatalf("%s is stale: run make generate", prometheusRuleFile)
+	}
+}
+
+// CheckAlerts looks at the alerts after EvalMinutes: every alert's "for"
+// must be shorter, or CheckAlerts could not see it fire.
+func TestEveryAlertFiresWithinCheckAlertsWindow(t *testing.T) {
+	content, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string
+				For   string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(content, &rules); err != nil {
+		t.Fatal(err)
+	}
+	alerts := 0
+	for _, group := range rules.Groups {
+		for _, rule := range group.Rules {
+			if rule.Alert == "" {
+				continue
+			}
+			alerts++
+			if rule.For == "" {
+				continue
+			}
+			d, err := time.ParseDuration(rule.For)
+			if err != nil {
+				t.Errorf("alert %s: for %q: %v", rule.Alert, rule.For, err)
+				continue
+			}
+			if d >= EvalMinutes*time.Minute {
+				t.Errorf("alert %s waits %s, not less than CheckAlerts' %d minutes: raise EvalMinutes", rule.Alert, d, EvalMinutes)
+			}
+		}
+	}
+	if alerts == 0 {
+		t.Fatalf("%s has no alerts", rulesFile)
 	}
 }

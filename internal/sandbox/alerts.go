@@ -21,7 +21,7 @@ const fabricJobs = 5
 
 // alerts uses up the fabric pool with one job too many, then runs the
 // shipped alert rules over what drascope-scheduler's /metrics shows, as
-// Prometheus would after 15 minutes of it: the waiting job's class is
+// Prometheus would after monitoring.EvalMinutes of it: the waiting job's class is
 // exhausted and step 4's GPU is Unhealthy, and nothing else fires: the GPU
 // class has free devices although a trainer waits (it is pinned to a node),
 // and every pool is Valid and Complete.
@@ -92,7 +92,7 @@ func (d *demo) alerts(ctx context.Context) error {
 		return fmt.Errorf("drascope-scheduler's /metrics does not show %s waiting for a fabric device (last scrape error: %v)", waiting, scrapeErr)
 	}
 	d.say("$ curl -k -H \"Authorization: Bearer $TOKEN\" https://127.0.0.1:%d/metrics   # drascope-scheduler's; %d drascope series", d.schedulerPort, len(series))
-	d.say("$ promtool test rules   # manifests/monitoring/rules.yaml over those series, held for 15 minutes")
+	d.say("$ promtool test rules   # manifests/monitoring/rules.yaml over those series, held for %d minutes", monitoring.EvalMinutes)
 	if err := monitoring.CheckAlerts(ctx, promtool, rules, series, want); err != nil {
 		return err
 	}

@@ -39,18 +39,3 @@ func Accepts(ctx context.Context, class *resourceapi.DeviceClass, driver string,
 	}
 	return true
 }
-
-// Lookup finds a device by name among a pool's slices of one generation.
-func Lookup(slices []*resourceapi.ResourceSlice, generation int64, name string) (*resourceapi.Device, bool) {
-	for _, slice := range slices {
-		if slice.Spec.Pool.Generation != generation {
-			continue
-		}
-		for i := range slice.Spec.Devices {
-			if slice.Spec.Devices[i].Name == name {
-				return &slice.Spec.Devices[i], true
-			}
-		}
-	}
-	return nil, false
-}

@@ -19,6 +19,8 @@ type metricsSource struct {
 	pods    corelisters.PodLister
 	claims  resourcelisters.ResourceClaimLister
 	classes resourcelisters.DeviceClassLister
+	// classCounts caches AvailableDevicesByDeviceClass per pool.
+	classCounts classCounts
 }
 
 // PendingPodsByDeviceClass counts the pods of this scheduler's DRAScope

@@ -97,8 +97,9 @@ func (w *withheldDevices) note(ctx context.Context, pl *DRAScope, node *v1.Node)
 	w.once.Do(func() {
 		w.byNode = map[string][]health.Report{}
 		classes := pl.requestedClasses(w.claims)
+		devices := poolDevices{}
 		for _, r := range pl.health.Unhealthy() {
-			if classes != nil && !pl.anyAccepts(ctx, classes, r.Device) {
+			if classes != nil && (len(classes) == 0 || !devices.anyAccepts(ctx, pl, classes, r.Device)) {
 				continue
 			}
 			if pl.networkAttached(r.Device) {
@@ -132,9 +133,10 @@ func (w *withheldDevices) note(ctx context.Context, pl *DRAScope, node *v1.Node)
 }
 
 // requestedClasses are the device classes the claims' requests name, every
-// alternative of a prioritized list included; nil when that is not known
-// (no claims gathered, claims that could not be read, a class not found)
-// or there are none, and then no withheld device is left out.
+// alternative of a prioritized list included: empty when no claim is left
+// to allocate, and then no withheld device concerns the pod; nil when that
+// is not known (no claims gathered, claims that could not be read, a class
+// not found), and then none is left out.
 func (pl *DRAScope) requestedClasses(claims *podClaims) []*resourceapi.DeviceClass {
 	if claims == nil || claims.unknown > 0 || pl.classes == nil {
 		return nil
@@ -160,22 +162,34 @@ func (pl *DRAScope) requestedClasses(claims *podClaims) []*resourceapi.DeviceCla
 			}
 		}
 	}
-	if len(classes) == 0 {
-		return nil
-	}
 	return classes
 }
 
-// anyAccepts reports whether one of the classes accepts the device, as its
-// pool's slices in the side cache publish it; true when the device is not
-// found there.
-func (pl *DRAScope) anyAccepts(ctx context.Context, classes []*resourceapi.DeviceClass, d health.Device) bool {
+// poolDevices are the devices of the pools one cycle looked up, by name, as
+// the side cache's slices of the pool's generation publish them: the
+// Unhealthy devices of a pool share one lookup.
+type poolDevices map[drausage.PoolID]map[string]*resourceapi.Device
+
+// anyAccepts reports whether one of the classes accepts the device; true
+// when the device is not in the side cache.
+func (p poolDevices) anyAccepts(ctx context.Context, pl *DRAScope, classes []*resourceapi.DeviceClass, d health.Device) bool {
 	id := drausage.PoolID{Driver: d.Driver, Pool: d.Pool}
-	snap := pl.pools.Get(id)
-	if snap == nil {
-		return true
+	byName, ok := p[id]
+	if !ok {
+		byName = map[string]*resourceapi.Device{}
+		if snap := pl.pools.Get(id); snap != nil {
+			for _, slice := range pl.pools.Slices(id) {
+				if slice.Spec.Pool.Generation != snap.Generation {
+					continue
+				}
+				for i := range slice.Spec.Devices {
+					byName[slice.Spec.Devices[i].Name] = &slice.Spec.Devices[i]
+				}
+			}
+		}
+		p[id] = byName
 	}
-	device, ok := deviceclass.Lookup(pl.pools.Slices(id), snap.Generation, d.Name)
+	device, ok := byName[d.Name]
 	if !ok {
 		return true
 	}

@@ -228,9 +228,10 @@ func TestWithheldNoteNamesDevicesOfThePodsClassesOnly(t *testing.T) {
 		"so is a NIC and a GPU":              {claims: claimFor(exactly("nic"), exactly("gpu")), named: true},
 		"and a prioritized list with a GPU as its second choice": {claims: claimFor(resourceapi.DeviceRequest{Name: "any",
 			FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "nic", DeviceClassName: "nic"}, {Name: "gpu", DeviceClassName: "gpu"}}}), named: true},
-		"claims not gathered name every device": {claims: nil, named: true},
-		"an unknown class names every device":   {claims: claimFor(exactly("fpga")), named: true},
-		"claims that could not be read too":     {claims: &podClaims{unknown: 1}, named: true},
+		"claims not gathered name every device":               {claims: nil, named: true},
+		"an unknown class names every device":                 {claims: claimFor(exactly("fpga")), named: true},
+		"claims that could not be read too":                   {claims: &podClaims{unknown: 1}, named: true},
+		"a pod with nothing left to allocate is told of none": {claims: &podClaims{}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cycle := &withheldDevices{claims: tc.claims}
