@@ -254,6 +254,12 @@ func fromClaim(name string) podClaimSource    { return podClaimSource{claim: nam
 
 func (s *scenario) addPod(name, scheduler string, source podClaimSource) {
 	s.t.Helper()
+	s.addPodWith(name, scheduler, source, nil)
+}
+
+// addPodWith is addPod with the pod changed by change before it is created.
+func (s *scenario) addPodWith(name, scheduler string, source podClaimSource, change func(*v1.Pod)) {
+	s.t.Helper()
 	podClaim := v1.PodResourceClaim{Name: "gpu"}
 	if source.template != "" {
 		podClaim.ResourceClaimTemplateName = &source.template
@@ -271,6 +277,9 @@ func (s *scenario) addPod(name, scheduler string, source podClaimSource) {
 				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
 			}},
 		},
+	}
+	if change != nil {
+		change(pod)
 	}
 	if _, err := env.client.CoreV1().Pods(s.namespace).Create(s.ctx, pod, metav1.CreateOptions{}); err != nil {
 		s.t.Fatalf("creating pod %s/%s: %v", s.namespace, name, err)

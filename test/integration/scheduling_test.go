@@ -2,6 +2,8 @@ package integration
 
 import (
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // A pod whose claim comes from a template lands on the node that has a
@@ -65,4 +67,41 @@ func TestPendingPodsMetric(t *testing.T) {
 	waitForPending(1)
 	s.deletePod("second")
 	waitForPending(0)
+}
+
+// Node pruning (pkg/nodeprune): Filter runs only on nodes that reach a free
+// device. A pod pinned to a full node is refused there without Filter
+// running; an unpinned one lands on the only node with a free GPU; with
+// every GPU taken, PreFilter refuses the pod saying why; and a GPU freed
+// later is found at once (pruning reads the cycle's own in-use set, so no
+// stale index can hide the freed node).
+func TestPruningLeavesNodesWithoutFreeDevicesOut(t *testing.T) {
+	s := newScenario(t, nil)
+	nodes := []string{s.addNode("a", 1), s.addNode("b", 1), s.addNode("c", 1)}
+	s.addClaimTemplate("gpu", false)
+	for _, node := range nodes[:2] {
+		s.addPodWith("on-"+node, schedulerName, fromTemplate("gpu"), pinTo(node))
+		s.waitForPodScheduled("on-" + node)
+	}
+
+	s.addPodWith("pinned-to-full", schedulerName, fromTemplate("gpu"), pinTo(nodes[0]))
+	s.waitForPodUnschedulable("pinned-to-full", "didn't satisfy plugin(s) [DRAScope]", "didn't match Pod's node affinity/selector")
+
+	s.addPod("anywhere", schedulerName, fromTemplate("gpu"))
+	if got := s.waitForPodScheduled("anywhere").Spec.NodeName; got != nodes[2] {
+		t.Errorf("pod anywhere landed on %s, want %s, the only node with a free GPU", got, nodes[2])
+	}
+
+	s.addPod("waiting", schedulerName, fromTemplate("gpu"))
+	s.waitForPodUnschedulable("waiting", "cannot allocate all claims: no node can reach a free device for every request")
+
+	s.deletePod("on-" + nodes[1])
+	if got := s.waitForPodScheduled("waiting").Spec.NodeName; got != nodes[1] {
+		t.Errorf("pod waiting landed on %s, want %s, whose GPU was freed", got, nodes[1])
+	}
+}
+
+// pinTo gives the pod a nodeSelector for node.
+func pinTo(node string) func(*v1.Pod) {
+	return func(pod *v1.Pod) { pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node} }
 }

@@ -50,22 +50,27 @@ type countersIgnored struct{ atomic.Bool }
 
 // ResourceSlices is what upstream's PreFilter lists slices through.
 func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
-	return slicesWithoutCounters{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored}
+	return slicesWithoutCounters{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, seen: &m.slicesSeen}
 }
 
 // slicesWithoutCounters lists the scheduler's slices and, while ignore is
-// set, hands them out with every device consuming zero of each counter.
+// set, hands them out with every device consuming zero of each counter. It
+// remembers what it handed out in seen, for node pruning.
 type slicesWithoutCounters struct {
 	fwk.ResourceSliceLister
 	ignore *countersIgnored
+	seen   *atomic.Pointer[[]*resourceapi.ResourceSlice]
 }
 
 func (l slicesWithoutCounters) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
 	slices, err := l.ResourceSliceLister.ListWithDeviceTaintRules()
-	if err != nil || !l.ignore.Load() {
-		return slices, err
+	if err == nil && l.ignore.Load() {
+		slices = withZeroCounterConsumption(slices)
 	}
-	return withZeroCounterConsumption(slices), nil
+	if err == nil && l.seen != nil {
+		l.seen.Store(&slices)
+	}
+	return slices, err
 }
 
 // withZeroCounterConsumption returns the slices with every amount a device

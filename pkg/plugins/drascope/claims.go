@@ -8,13 +8,16 @@ import (
 )
 
 // podClaims are a pod's claims as a scheduling cycle starts: those still to
-// allocate, and how many could not be read (not created yet, or an error).
+// allocate, how many are allocated, and how many could not be read (not
+// created yet, or an error).
 // PreFilter gathers them once; the admin-access guards, the counters
-// workaround and scoring read them, rather than each asking the claim
+// workaround, node pruning and scoring read them, rather than each asking the claim
 // tracker again.
 type podClaims struct {
 	toAllocate []*resourceapi.ResourceClaim
 	unknown    int
+	// allocated counts the claims allocated already.
+	allocated int
 }
 
 // Clone shares the claims: they are only read.
@@ -42,6 +45,8 @@ func (pl *DRAScope) claimsOf(pod *v1.Pod) *podClaims {
 			c.unknown++
 		case claim.Status.Allocation == nil:
 			c.toAllocate = append(c.toAllocate, claim)
+		default:
+			c.allocated++
 		}
 	}
 	return c

@@ -1,6 +1,8 @@
 package drascope
 
 import (
+	"sync/atomic"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -49,6 +51,10 @@ type draManager struct {
 	claims claimTracker
 	// countersIgnored: see adminaccess_counters.go.
 	countersIgnored countersIgnored
+	// slicesSeen are the slices upstream's PreFilter last listed: node
+	// pruning (prune.go) reads the ones the cycle's allocator was built
+	// from.
+	slicesSeen atomic.Pointer[[]*resourceapi.ResourceSlice]
 }
 
 // newDRAManager decorates inner; observer and withheld may be nil.
@@ -71,6 +77,26 @@ type claimTracker struct {
 	fwk.ResourceClaimTracker
 	observer InFlightObserver
 	withheld Withheld
+	// seen is the in-use set last handed out, for node pruning.
+	seen atomic.Pointer[inUseSeen]
+}
+
+// inUseSeen is an in-use set as handed to upstream's allocator, and which of
+// its devices are there only because they are withheld.
+type inUseSeen struct {
+	inUse, withheld sets.Set[structured.DeviceID]
+}
+
+// addWithheld adds the withheld devices to inUse and remembers both.
+func (t *claimTracker) addWithheld(inUse sets.Set[structured.DeviceID]) {
+	withheld := sets.New[structured.DeviceID]()
+	if t.withheld != nil {
+		t.withheld.InsertUnhealthy(withheld)
+		for id := range withheld {
+			inUse.Insert(id)
+		}
+	}
+	t.seen.Store(&inUseSeen{inUse: inUse, withheld: withheld})
 }
 
 // ListAllAllocatedDevices is what upstream's PreFilter hands the allocator
@@ -78,8 +104,8 @@ type claimTracker struct {
 // each call, so adding to it changes nothing else.
 func (t *claimTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
 	allocated, err := t.ResourceClaimTracker.ListAllAllocatedDevices()
-	if err == nil && t.withheld != nil {
-		t.withheld.InsertUnhealthy(allocated)
+	if err == nil && allocated != nil {
+		t.addWithheld(allocated)
 	}
 	return allocated, err
 }
@@ -88,11 +114,11 @@ func (t *claimTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID],
 // A device in AllocatedDevices is in use for every request, shared or not.
 func (t *claimTracker) GatherAllocatedState() (*structured.AllocatedState, error) {
 	state, err := t.ResourceClaimTracker.GatherAllocatedState()
-	if err == nil && state != nil && t.withheld != nil {
+	if err == nil && state != nil {
 		if state.AllocatedDevices == nil {
 			state.AllocatedDevices = sets.New[structured.DeviceID]()
 		}
-		t.withheld.InsertUnhealthy(state.AllocatedDevices)
+		t.addWithheld(state.AllocatedDevices)
 	}
 	return state, err
 }

@@ -183,6 +183,12 @@ func (pl *DRAScope) Name() string {
 // PreFilter writes; refusing before it would turn a clear "unschedulable"
 // into a PostFilter error. Both run before anything is reserved.
 func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if pl.manager != nil {
+		// What upstream's PreFilter hands its allocator this cycle, and
+		// only that, is what node pruning reads.
+		pl.manager.claims.seen.Store(nil)
+		pl.manager.slicesSeen.Store(nil)
+	}
 	claims, gathered := &podClaims{}, false
 	if pl.enabled && len(pod.Spec.ResourceClaims) > 0 {
 		claims, gathered = pl.claimsOf(pod), true
@@ -201,6 +207,9 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	}
 	if status := pl.checkAdminAccess(ctx, pod, claims); !status.IsSuccess() {
 		return nil, status
+	}
+	if result.AllNodes() && gathered {
+		return pl.pruneNodes(ctx, pod, nodes, claims)
 	}
 	return result, status
 }

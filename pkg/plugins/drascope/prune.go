@@ -1,0 +1,111 @@
+package drascope
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
+
+	"github.com/drascope/drascope/pkg/nodeprune"
+)
+
+// pruneNodes narrows the nodes Filter runs on to those that could satisfy
+// the pod's claims (pkg/nodeprune), from exactly the in-use set and slices
+// upstream's PreFilter built this cycle's allocator from, which the
+// decorator saw go by. Nodes left out get UnschedulableAndUnresolvable
+// from the framework without Filter running; so that pruning switches off
+// nothing Filter or preemption does for them, it keeps nodes whose only
+// free devices are withheld (Filter explains them and retries the pod when
+// they recover) and, for a pod that may preempt, nodes where pods of lower
+// priority hold claims. It returns nil (every node) when it does not prune:
+// pods with claims already allocated, not yet readable or asking for admin
+// access, and pods with extended resources, which DRA or a device plugin
+// may serve.
+func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo, claims *podClaims) (*fwk.PreFilterResult, *fwk.Status) {
+	if pl.manager == nil || claims.unknown > 0 || claims.allocated > 0 || len(claims.toAllocate) == 0 || requestsExtendedResources(pod) {
+		return nil, nil
+	}
+	seen := pl.manager.claims.seen.Swap(nil)
+	slices := pl.manager.slicesSeen.Swap(nil)
+	if seen == nil || slices == nil {
+		// Upstream built no allocator this cycle.
+		return nil, nil
+	}
+	byName := make([]*v1.Node, 0, len(nodes))
+	for _, n := range nodes {
+		if node := n.Node(); node != nil {
+			byName = append(byName, node)
+		}
+	}
+	classes := func(name string) (*resourceapi.DeviceClass, error) { return pl.manager.DeviceClasses().Get(name) }
+	candidates, all := nodeprune.Candidates(claims.toAllocate, classes, nodeprune.View{Slices: *slices, InUse: seen.inUse, Withheld: seen.withheld}, byName)
+	if all {
+		return nil, nil
+	}
+	if mayPreempt(pod) {
+		keepPreemptible(candidates, pod, nodes)
+	}
+	if candidates.Len() == len(byName) {
+		return nil, nil
+	}
+	logger := klog.FromContext(ctx)
+	if candidates.Len() == 0 {
+		logger.V(5).Info("No node reaches a free device for every request", "pod", klog.KObj(pod), "nodes", len(byName))
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noFreeDevice)
+	}
+	logger.V(5).Info("Nodes that reach a free device for every request", "pod", klog.KObj(pod), "candidates", candidates.Len(), "nodes", len(byName))
+	return &fwk.PreFilterResult{NodeNames: candidates}, nil
+}
+
+// noFreeDevice is the refusal when no node reaches a free device for every
+// request. It starts as upstream's Filter refusal does.
+const noFreeDevice = "cannot allocate all claims: no node can reach a free device for every request"
+
+// mayPreempt reports whether the pod may preempt others.
+func mayPreempt(pod *v1.Pod) bool {
+	return pod.Spec.PreemptionPolicy == nil || *pod.Spec.PreemptionPolicy != v1.PreemptNever
+}
+
+// keepPreemptible adds the nodes where a pod of lower priority than pod
+// holds claims: preempting it may free devices there.
+func keepPreemptible(candidates sets.Set[string], pod *v1.Pod, nodes []fwk.NodeInfo) {
+	priority := corev1helpers.PodPriority(pod)
+	for _, n := range nodes {
+		node := n.Node()
+		if node == nil || candidates.Has(node.Name) {
+			continue
+		}
+		for _, p := range n.GetPods() {
+			other := p.GetPod()
+			if len(other.Spec.ResourceClaims) > 0 && corev1helpers.PodPriority(other) < priority {
+				candidates.Insert(node.Name)
+				break
+			}
+		}
+	}
+}
+
+// requestsExtendedResources reports whether a container of the pod asks for
+// an extended resource.
+func requestsExtendedResources(pod *v1.Pod) bool {
+	for _, containers := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range containers {
+			for name := range containers[i].Resources.Requests {
+				if v1helper.IsExtendedResourceName(name) {
+					return true
+				}
+			}
+			for name := range containers[i].Resources.Limits {
+				if v1helper.IsExtendedResourceName(name) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

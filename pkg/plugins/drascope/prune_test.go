@@ -1,0 +1,72 @@
+package drascope
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
+)
+
+func podWith(name string, priority int32, claims bool) *v1.Pod {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: v1.PodSpec{Priority: ptr.To(priority)}}
+	if claims {
+		pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu")}}
+	}
+	return pod
+}
+
+func nodeInfo(name string, pods ...*v1.Pod) fwk.NodeInfo {
+	info := framework.NewNodeInfo(pods...)
+	info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	return info
+}
+
+// Pruning keeps, for a pod that may preempt, the nodes where pods of lower
+// priority hold claims: DRA-aware preemption must reach them.
+func TestPruningKeepsNodesWithLowerPriorityClaims(t *testing.T) {
+	nodes := []fwk.NodeInfo{
+		nodeInfo("free"),
+		nodeInfo("batch", podWith("training", 0, true)),
+		nodeInfo("peers", podWith("inference", 100, true)),
+		nodeInfo("no-claims", podWith("web", 0, false)),
+	}
+	for name, tc := range map[string]struct {
+		pod  *v1.Pod
+		want []string
+	}{
+		"a high-priority pod keeps the node of a lower-priority claim holder": {pod: podWith("urgent", 100, true), want: []string{"free", "batch"}},
+		"a pod of the same priority as every holder keeps nothing more":       {pod: podWith("batch-2", 0, true), want: []string{"free"}},
+		"preemptionPolicy Never keeps nothing more": {pod: func() *v1.Pod {
+			p := podWith("polite", 100, true)
+			p.Spec.PreemptionPolicy = ptr.To(v1.PreemptNever)
+			return p
+		}(), want: []string{"free"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			candidates := sets.New("free")
+			if mayPreempt(tc.pod) {
+				keepPreemptible(candidates, tc.pod, nodes)
+			}
+			if !candidates.Equal(sets.New(tc.want...)) {
+				t.Errorf("candidates %v, want %v", sets.List(candidates), tc.want)
+			}
+		})
+	}
+}
+
+func TestPodsWithExtendedResourcesAreNotPruned(t *testing.T) {
+	pod := podWith("p", 0, true)
+	pod.Spec.Containers = []v1.Container{{Name: "app", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}}}}
+	if requestsExtendedResources(pod) {
+		t.Errorf("a pod asking for CPU only counts as asking for extended resources")
+	}
+	pod.Spec.InitContainers = []v1.Container{{Name: "init", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{"example.com/gpu": resource.MustParse("1")}}}}
+	if !requestsExtendedResources(pod) {
+		t.Errorf("an init container's extended resource was missed")
+	}
+}
