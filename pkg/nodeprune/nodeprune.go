@@ -19,6 +19,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	draapi "k8s.io/dynamic-resource-allocation/api"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
 
@@ -80,9 +81,12 @@ func Candidates(claims []*resourceapi.ResourceClaim, classes ClassGetter, view V
 		if !perDevice && slice.Spec.NodeName != nil && met[*slice.Spec.NodeName]&sliceMeets == sliceMeets {
 			continue
 		}
+		// One handle each for the slice's driver and pool: interning every
+		// device's three names cost a millisecond per pod at 5000 devices.
+		driver, pool := draapi.MakeUniqueString(slice.Spec.Driver), draapi.MakeUniqueString(slice.Spec.Pool.Name)
 		for i := range slice.Spec.Devices {
 			device := &slice.Spec.Devices[i]
-			id := structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, device.Name)
+			id := structured.DeviceID{Driver: driver, Pool: pool, Device: draapi.MakeUniqueString(device.Name)}
 			if view.InUse.Has(id) && !view.Withheld.Has(id) {
 				continue
 			}
