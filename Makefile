@@ -20,7 +20,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)+drascope.$(DRASCOPE_VERSI
 # Integration tests: the package, and how long it may run.
 INTEGRATION_TIMEOUT ?= 30m
 
-.PHONY: all build test test-unit test-monitoring test-integration perf perf-smoke tools sandbox generate verify clean help
+.PHONY: all build test test-unit test-monitoring test-integration perf perf-smoke perf-scale tools sandbox generate verify clean help
 
 all: build
 
@@ -127,6 +127,9 @@ perf: $(BIN)/etcd ## scheduler_perf performance workloads, upstream vs DRAScope 
 
 perf-smoke: $(BIN)/etcd ## scheduler_perf short workloads, upstream vs DRAScope (checks the harness, not speed).
 	$(call run-perf,smoke,short)
+
+perf-scale: $(BIN)/etcd ## scheduler_perf nearly full and full clusters at 500 and 2000 nodes, upstream vs DRAScope (docs/perf.md: "At scale").
+	$(call run-perf,scale,scale)
 
 generate: ## Regenerate deepcopy, conversion and defaulting code, the ResourcePool clientset, listers and informers, and manifests/monitoring's generated files.
 	hack/update-codegen.sh

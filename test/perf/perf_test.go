@@ -139,7 +139,7 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 		// and stops the apiserver.
 		tCtx.Cleanup(func() { checkRun(tCtx, v, &entry) })
 		return nil
-	}))
+	}), perf.WithNodeUpdateFn(fillClaims))
 	entry.Seconds = time.Since(start).Seconds()
 	after, err := resultFiles(dir)
 	if err != nil {
@@ -173,6 +173,11 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry) {
 		tCtx.Errorf("counting Unhealthy devices handed out: %v", err)
 	}
 	entry.UnhealthyAllocated = unhealthy
+	if n, err := unfilledClaims(tCtx); err != nil {
+		tCtx.Errorf("counting the fill's claims: %v", err)
+	} else if n > 0 {
+		tCtx.Errorf("%d claims of namespace %s were never allocated: the cluster was not as full as the workload says", n, fillNamespace)
+	}
 	if counted, err := bigPods(tCtx, tCtx.Client()); err != nil {
 		tCtx.Errorf("counting the 8-GPU pods: %v", err)
 	} else {

@@ -90,6 +90,9 @@ type Run struct {
 	PreFilterMs       Quantiles // the DRA plugin's PreFilter, sampled
 	FilterMs          Quantiles // the DRA plugin's Filter, sampled
 	SchedulingAttempt Quantiles // ms, scheduled attempts
+	// SchedulingAlgorithm is the scheduling cycle's algorithm (PreFilter,
+	// Filter, Score), every attempt; ms.
+	SchedulingAlgorithm Quantiles
 }
 
 // Quantiles are a histogram's or sample's summary.
@@ -114,7 +117,7 @@ func Load(dir string) ([]Run, error) {
 			return nil, fmt.Errorf("%s line %d: %w", IndexFile, line, err)
 		}
 		run := Run{IndexEntry: e, Throughput: missing, SnapshotDelayMs: missing, PeakHeapMB: math.NaN(),
-			PreFilterMs: missing, FilterMs: missing, SchedulingAttempt: missing}
+			PreFilterMs: missing, FilterMs: missing, SchedulingAttempt: missing, SchedulingAlgorithm: missing}
 		if e.ResultFile != "" {
 			if err := run.readResult(filepath.Join(dir, e.ResultFile)); err != nil {
 				return nil, err
@@ -153,6 +156,8 @@ func (r *Run) readResult(path string) error {
 			r.FilterMs = quantiles(item.Data)
 		case l["Metric"] == "scheduler_scheduling_attempt_duration_seconds" && l["result"] == "scheduled":
 			r.SchedulingAttempt = quantiles(item.Data)
+		case l["Metric"] == "scheduler_scheduling_algorithm_duration_seconds":
+			r.SchedulingAlgorithm = quantiles(item.Data)
 		}
 	}
 	return nil
@@ -272,10 +277,12 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Workload,
 			throughput(r.Upstream.Throughput), throughput(r.DRAScope.Throughput), ratio, first)
 	}
-	b.WriteString("\n| Workload | DRA plugin PreFilter p50/p99 ms (upstream; DRAScope) | Filter p50/p99 ms (upstream; DRAScope) | Snapshot delay p50/p99 ms | ResourcePool writes | Peak heap MB (upstream; DRAScope) | Unhealthy devices allocated (upstream; DRAScope) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n| Workload | Scheduling algorithm p50/p99 ms (upstream; DRAScope) | Scheduling attempt p50/p99 ms, scheduled (upstream; DRAScope) | DRA plugin PreFilter p50/p99 ms (upstream; DRAScope) | Filter p50/p99 ms (upstream; DRAScope) | Snapshot delay p50/p99 ms | ResourcePool writes | Peak heap MB (upstream; DRAScope) | Unhealthy devices allocated (upstream; DRAScope) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s; %s | %s; %s | %s | %d | %s; %s | %d; %d |\n", r.Workload,
+		fmt.Fprintf(&b, "| %s | %s; %s | %s; %s | %s; %s | %s; %s | %s | %d | %s; %s | %d; %d |\n", r.Workload,
+			p50p99(r.Upstream.SchedulingAlgorithm), p50p99(r.DRAScope.SchedulingAlgorithm),
+			p50p99(r.Upstream.SchedulingAttempt), p50p99(r.DRAScope.SchedulingAttempt),
 			p50p99(r.Upstream.PreFilterMs), p50p99(r.DRAScope.PreFilterMs),
 			p50p99(r.Upstream.FilterMs), p50p99(r.DRAScope.FilterMs),
 			p50p99(r.DRAScope.SnapshotDelayMs), r.DRAScope.ResourcePoolWrites,

@@ -16,7 +16,10 @@ const resultJSON = `{"version":"v1","dataItems":[
  {"data":{"Average":0.3,"Perc50":0.2,"Perc90":0.5,"Perc95":0.6,"Perc99":0.9},"unit":"ms","labels":{"Metric":"drascope_resourcepool_snapshot_delay_seconds"}},
  {"data":{"Average":100,"Max":180,"Perc50":90},"unit":"MB","labels":{"Metric":"heap_memory_usage"}},
  {"data":{"Average":1,"Perc50":1.5,"Perc99":4},"unit":"ms","labels":{"Metric":"scheduler_plugin_execution_duration_seconds","plugin":"PLUGIN","extension_point":"PreFilter"}},
- {"data":{"Average":9,"Perc50":9,"Perc99":9},"unit":"ms","labels":{"Metric":"scheduler_plugin_execution_duration_seconds","plugin":"OTHER","extension_point":"PreFilter"}}
+ {"data":{"Average":9,"Perc50":9,"Perc99":9},"unit":"ms","labels":{"Metric":"scheduler_plugin_execution_duration_seconds","plugin":"OTHER","extension_point":"PreFilter"}},
+ {"data":{"Average":3,"Perc50":2.5,"Perc99":12},"unit":"ms","labels":{"Metric":"scheduler_scheduling_attempt_duration_seconds","result":"scheduled"}},
+ {"data":{"Average":30,"Perc50":25,"Perc99":120},"unit":"ms","labels":{"Metric":"scheduler_scheduling_attempt_duration_seconds","result":"unschedulable"}},
+ {"data":{"Average":2,"Perc50":1.25,"Perc99":8},"unit":"ms","labels":{"Metric":"scheduler_scheduling_algorithm_duration_seconds"}}
 ]}`
 
 func writeRun(t *testing.T, dir string, e IndexEntry, throughput, plugin string) {
@@ -77,7 +80,7 @@ func TestLoadAndCompare(t *testing.T) {
 	tableHas(t, rows,
 		"| T/a | 40.0 (41/45) | 39.0 (41/45) | 0.975 | upstream |",
 		"| T/b | 40.0 (41/45) | 50.0 (41/45) | 1.250 | drascope |",
-		"| T/a | 1.500/4.000; 1.500/4.000 | –/–; –/– | 0.200/0.900 | 7 | 180; 180 | 0; 0 |",
+		"| T/a | 1.250/8.000; 1.250/8.000 | 2.500/12.000; 2.500/12.000 | 1.500/4.000; 1.500/4.000 | –/–; –/– | 0.200/0.900 | 7 | 180; 180 | 0; 0 |",
 	)
 }
 
@@ -132,7 +135,7 @@ func TestComparePairs(t *testing.T) {
 
 	tableHas(t, rows,
 		"| T/a | 40.0 (41/45) | 40.0 (41/45) | 1.000 (3 pairs: 0.800–1.200) | upstream |",
-		"| T/a | 1.500/4.000; 1.500/4.000 | –/–; –/– | 0.200/0.900 | 3 |",
+		"| T/a | 1.250/8.000; 1.250/8.000 | 2.500/12.000; 2.500/12.000 | 1.500/4.000; 1.500/4.000 | –/–; –/– | 0.200/0.900 | 3 |",
 	)
 }
 

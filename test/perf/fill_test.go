@@ -1,0 +1,181 @@
+package perf
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/kubernetes/pkg/scheduler"
+	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
+	"k8s.io/kubernetes/test/utils/client-go/ktesting"
+)
+
+// fillNamespace holds the claims fillClaims allocates.
+const fillNamespace = "fill"
+
+// fillWorkers write allocations in parallel: the apiserver, not the fill,
+// is then what limits it.
+const fillWorkers = 16
+
+// fillClaims is scheduler_perf's node-update hook, run after every
+// createNodes op: it allocates every unallocated claim of namespace "fill"
+// to a device of its own, picked at random (with a fixed seed, so both
+// schedulers get the same cluster) among the node-local devices no claim
+// holds, and writes the allocation as the allocator would (results and the
+// node selector). Workloads that create their slices and fill claims before
+// their nodes get a full cluster in minutes: scheduler_perf's
+// allocResourceClaims rebuilds the allocated set from every claim for each
+// claim it allocates, which took about 15 minutes for 19990 claims on 2000
+// nodes. Every claim must ask for one device of a class that names only a
+// driver; any other claim stops the run, as the fill could not know the
+// allocator would agree.
+func fillClaims(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *perf.Workload, _ *v1.NodeList) error {
+	client := tCtx.Client()
+	list, err := client.ResourceV1().ResourceClaims(fillNamespace).List(tCtx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var claims []*resourceapi.ResourceClaim
+	for i := range list.Items {
+		if list.Items[i].Status.Allocation == nil {
+			claims = append(claims, &list.Items[i])
+		}
+	}
+	if len(claims) == 0 {
+		return nil
+	}
+	driver, err := fillDriver(tCtx, claims)
+	if err != nil {
+		return err
+	}
+	free, err := freeDevices(tCtx, driver)
+	if err != nil {
+		return err
+	}
+	if len(free) < len(claims) {
+		return fmt.Errorf("filling %d claims: only %d devices of %s are free", len(claims), len(free), driver)
+	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+	tCtx.Logger().Info("Filling the cluster", "claims", len(claims), "namespace", fillNamespace, "driver", driver, "free", len(free))
+	start := time.Now()
+	defer func() { tCtx.Logger().Info("Filled the cluster", "claims", len(claims), "duration", time.Since(start)) }()
+
+	group, ctx := errgroup.WithContext(tCtx)
+	group.SetLimit(fillWorkers)
+	for i, claim := range claims {
+		d := free[i]
+		group.Go(func() error {
+			claim := claim.DeepCopy()
+			claim.Status.Allocation = &resourceapi.AllocationResult{
+				Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+					Request: claim.Spec.Devices.Requests[0].Name, Driver: driver, Pool: d.pool, Device: d.device,
+				}}},
+				NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{
+					Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{d.node},
+				}}}}},
+			}
+			if _, err := client.ResourceV1().ResourceClaims(fillNamespace).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("allocating claim %s: %w", claim.Name, err)
+			}
+			return nil
+		})
+	}
+	return group.Wait()
+}
+
+// driverOnlyClass matches a class selector that names only a driver.
+var driverOnlyClass = regexp.MustCompile(`^\s*device\.driver\s*==\s*"([^"\\]+)"\s*$`)
+
+// fillDriver is the one driver the claims' requests can be allocated from.
+func fillDriver(tCtx ktesting.TContext, claims []*resourceapi.ResourceClaim) (string, error) {
+	classes := sets.New[string]()
+	for _, claim := range claims {
+		requests := claim.Spec.Devices.Requests
+		if len(requests) != 1 || requests[0].Exactly == nil || requests[0].Exactly.Count > 1 ||
+			requests[0].Exactly.AllocationMode != resourceapi.DeviceAllocationModeExactCount || len(requests[0].Exactly.Selectors) > 0 {
+			return "", fmt.Errorf("claim %s/%s: the fill allocates one request of one device without selectors", claim.Namespace, claim.Name)
+		}
+		classes.Insert(requests[0].Exactly.DeviceClassName)
+	}
+	if classes.Len() != 1 {
+		return "", fmt.Errorf("the fill claims ask for classes %v: want one", sets.List(classes))
+	}
+	name := sets.List(classes)[0]
+	class, err := tCtx.Client().ResourceV1().DeviceClasses().Get(tCtx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if len(class.Spec.Selectors) != 1 || class.Spec.Selectors[0].CEL == nil {
+		return "", fmt.Errorf("class %s: the fill needs one CEL selector naming the driver", name)
+	}
+	m := driverOnlyClass.FindStringSubmatch(class.Spec.Selectors[0].CEL.Expression)
+	if m == nil {
+		return "", fmt.Errorf("class %s: selector %q names more than a driver", name, class.Spec.Selectors[0].CEL.Expression)
+	}
+	return m[1], nil
+}
+
+type fillDevice struct{ node, pool, device string }
+
+// freeDevices are the driver's node-local devices without taints that no
+// claim holds, in a fixed order.
+func freeDevices(tCtx ktesting.TContext, driver string) ([]fillDevice, error) {
+	held := sets.New[fillDevice]()
+	all, err := tCtx.Client().ResourceV1().ResourceClaims("").List(tCtx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, claim := range all.Items {
+		if claim.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			if r.Driver == driver {
+				held.Insert(fillDevice{pool: r.Pool, device: r.Device})
+			}
+		}
+	}
+	list, err := tCtx.Client().ResourceV1().ResourceSlices().List(tCtx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var free []fillDevice
+	for _, slice := range list.Items {
+		if slice.Spec.Driver != driver || slice.Spec.NodeName == nil {
+			continue
+		}
+		for _, d := range slice.Spec.Devices {
+			if len(d.Taints) == 0 && len(d.ConsumesCounters) == 0 && !held.Has(fillDevice{pool: slice.Spec.Pool.Name, device: d.Name}) {
+				free = append(free, fillDevice{node: *slice.Spec.NodeName, pool: slice.Spec.Pool.Name, device: d.Name})
+			}
+		}
+	}
+	slices.SortFunc(free, func(a, b fillDevice) int {
+		return cmp.Or(cmp.Compare(a.pool, b.pool), cmp.Compare(a.device, b.device))
+	})
+	return free, nil
+}
+
+// unfilledClaims counts the claims of the fill namespace left unallocated:
+// a workload that has them did not run on the cluster it describes.
+func unfilledClaims(tCtx ktesting.TContext) (int, error) {
+	list, err := tCtx.Client().ResourceV1().ResourceClaims(fillNamespace).List(tCtx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, claim := range list.Items {
+		if claim.Status.Allocation == nil {
+			n++
+		}
+	}
+	return n, nil
+}
