@@ -12,8 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/pkg/nodeprune"
@@ -35,10 +38,18 @@ const (
 	nicDriver = "nic.example.com"
 )
 
-// features: everything the allocator has, on.
-var features = structured.Features{
-	AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true,
-	ConsumableCapacity: true, DeviceBindingAndStatus: true, ListTypeAttributes: true,
+// featureSets choose among upstream's allocators, as the scheduler's gates
+// do: everything on (the experimental allocator), 1.37's default gates,
+// and the GA features only (the stable allocator). A request a set does not
+// support is refused by its allocator, which only makes pruning's job
+// easier; every case runs under each.
+var featureSets = map[string]structured.Features{
+	"all": {
+		AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true,
+		ConsumableCapacity: true, DeviceBindingAndStatus: true, ListTypeAttributes: true,
+	},
+	"defaults": dynamicresources.AllocatorFeatures(feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)),
+	"ga":       {},
 }
 
 type classList map[string]*resourceapi.DeviceClass
@@ -261,41 +272,47 @@ func newCase(seed uint64) testCase {
 // outcome counts what the cases exercised, so that a generator that stops
 // producing interesting cases fails the test rather than passing it.
 type outcome struct {
-	cases, pruned, accepted, keptRefused int
+	// cases ran; pruned of them left some node out; acceptedWhenPruned
+	// counts the nodes the allocator accepted in those (each one a check
+	// that could have failed).
+	cases, pruned, acceptedWhenPruned, keptRefused int
 }
 
 var celCache = cel.NewCache(50, cel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: true})
 
-// check runs one case: the allocator on every node, against the candidates.
+// check runs one case: the allocator of each feature set on every node,
+// against the candidates.
 func check(t *testing.T, seed uint64, o *outcome) {
 	t.Helper()
 	c := newCase(seed)
 	names, all := nodeprune.Candidates(c.claims, testClasses.Get, c.view, c.nodes)
-	allocator, err := structured.NewAllocator(context.Background(), features, structured.AllocatedState{
-		AllocatedDevices:         c.view.InUse,
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}, testClasses, c.view.Slices, celCache)
-	if err != nil {
-		t.Fatalf("seed %d: building the allocator: %v", seed, err)
-	}
 	o.cases++
 	if !all {
 		o.pruned++
 	}
-	for _, node := range c.nodes {
-		results, err := allocator.Allocate(context.Background(), node, c.claims)
-		accepted := err == nil && len(results) == len(c.claims)
-		if accepted {
-			o.accepted++
+	for setName, features := range featureSets {
+		allocator, err := structured.NewAllocator(context.Background(), features, structured.AllocatedState{
+			AllocatedDevices:         c.view.InUse,
+			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+		}, testClasses, c.view.Slices, celCache)
+		if err != nil {
+			t.Fatalf("seed %d, features %s: building the allocator: %v", seed, setName, err)
 		}
-		kept := all || names.Has(node.Name)
-		if accepted && !kept {
-			t.Errorf("seed %d: the allocator accepts %s, which Candidates dropped (candidates %v)\nclaims: %s\nin use: %v\nwithheld: %v",
-				seed, node.Name, sets.List(names), describeClaims(c.claims), c.view.InUse.UnsortedList(), c.view.Withheld.UnsortedList())
-		}
-		if kept && !accepted && !all {
-			o.keptRefused++
+		for _, node := range c.nodes {
+			results, err := allocator.Allocate(context.Background(), node, c.claims)
+			accepted := err == nil && len(results) == len(c.claims)
+			kept := all || names.Has(node.Name)
+			if accepted && !all {
+				o.acceptedWhenPruned++
+			}
+			if accepted && !kept {
+				t.Errorf("seed %d, features %s: the allocator accepts %s, which Candidates dropped (candidates %v)\nclaims: %s\nin use: %v\nwithheld: %v",
+					seed, setName, node.Name, sets.List(names), describeClaims(c.claims), c.view.InUse.UnsortedList(), c.view.Withheld.UnsortedList())
+			}
+			if kept && !accepted && !all {
+				o.keptRefused++
+			}
 		}
 	}
 }
@@ -314,16 +331,17 @@ func describeClaims(claims []*resourceapi.ResourceClaim) string {
 	return out
 }
 
-// TestCandidatesKeepEveryNodeTheAllocatorAccepts runs 3000 seeded cases.
+// TestCandidatesKeepEveryNodeTheAllocatorAccepts runs 3000 seeded cases,
+// each under every feature set.
 func TestCandidatesKeepEveryNodeTheAllocatorAccepts(t *testing.T) {
 	var o outcome
 	for seed := range uint64(3000) {
 		check(t, seed, &o)
 	}
-	t.Logf("%d cases: %d pruned some node, %d node verdicts accepted, %d kept nodes refused by the allocator", o.cases, o.pruned, o.accepted, o.keptRefused)
-	// The cases must exercise both sides: pruning that happens, and nodes
-	// the allocator accepts.
-	if o.pruned < o.cases/5 || o.accepted < o.cases/5 {
+	t.Logf("%d cases: %d pruned some node; in those, %d node verdicts accepted and %d kept nodes refused by the allocator", o.cases, o.pruned, o.acceptedWhenPruned, o.keptRefused)
+	// The cases must exercise both sides: pruning that happens, and, where
+	// it does, nodes the allocator accepts.
+	if o.pruned < o.cases/5 || o.acceptedWhenPruned < o.cases/10 {
 		t.Errorf("the generator produced too few interesting cases: %+v", o)
 	}
 }

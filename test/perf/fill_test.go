@@ -2,6 +2,7 @@ package perf
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/kubernetes/pkg/scheduler"
 	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
 	"k8s.io/kubernetes/test/utils/client-go/ktesting"
@@ -29,15 +32,15 @@ const fillWorkers = 16
 // createNodes op: it allocates every unallocated claim of namespace "fill"
 // to a device of its own, picked at random (with a fixed seed, so both
 // schedulers get the same cluster) among the node-local devices no claim
-// holds, and writes the allocation as the allocator would (results and the
-// node selector). Workloads that create their slices and fill claims before
-// their nodes get a full cluster in minutes: scheduler_perf's
-// allocResourceClaims rebuilds the allocated set from every claim for each
-// claim it allocates, which took about 15 minutes for 19990 claims on 2000
-// nodes. Every claim must ask for one device of a class that names only a
-// driver; any other claim stops the run, as the fill could not know the
-// allocator would agree.
-func fillClaims(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *perf.Workload, _ *v1.NodeList) error {
+// holds, writes the allocation as the allocator would (results and the node
+// selector), and waits until the scheduler sees them. Workloads that create
+// their slices and fill claims before their nodes get a full cluster in
+// minutes: scheduler_perf's allocResourceClaims rebuilds the allocated set
+// from every claim for each claim it allocates, which took about 15 minutes
+// for 19990 claims on 2000 nodes. Every claim must ask for one device of a
+// class that names only a driver; any other claim stops the run, as the
+// fill could not know the allocator would agree.
+func fillClaims(tCtx ktesting.TContext, sched *scheduler.Scheduler, _ *perf.Workload, _ *v1.NodeList) error {
 	client := tCtx.Client()
 	list, err := client.ResourceV1().ResourceClaims(fillNamespace).List(tCtx, metav1.ListOptions{})
 	if err != nil {
@@ -88,7 +91,36 @@ func fillClaims(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *perf.Workload
 			return nil
 		})
 	}
-	return group.Wait()
+	if err := group.Wait(); err != nil {
+		return err
+	}
+	return waitForSchedulerToSee(tCtx, sched, driver, free[:len(claims)])
+}
+
+// waitForSchedulerToSee waits until every profile's DRA manager counts the
+// filled devices as allocated: pods created before would race the fill for
+// them, and the run would measure an emptier cluster than it says.
+func waitForSchedulerToSee(tCtx ktesting.TContext, sched *scheduler.Scheduler, driver string, filled []fillDevice) error {
+	var missing int
+	err := wait.PollUntilContextTimeout(tCtx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		missing = 0
+		for _, fw := range sched.Profiles {
+			allocated, err := fw.SharedDRAManager().ResourceClaims().ListAllAllocatedDevices()
+			if err != nil {
+				return false, nil
+			}
+			for _, d := range filled {
+				if !allocated.Has(structured.MakeDeviceID(driver, d.pool, d.device)) {
+					missing++
+				}
+			}
+		}
+		return missing == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the scheduler does not see %d of the %d filled devices allocated: %w", missing, len(filled), err)
+	}
+	return nil
 }
 
 // driverOnlyClass matches a class selector that names only a driver.

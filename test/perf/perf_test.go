@@ -249,7 +249,7 @@ func unhealthyDevicesHandedOut(ctx context.Context, client kubernetes.Interface)
 	}
 	n := 0
 	for _, claim := range claims.Items {
-		if claim.Namespace == "init" || claim.Status.Allocation == nil {
+		if claim.Namespace == "init" || claim.Namespace == fillNamespace || claim.Status.Allocation == nil {
 			continue
 		}
 		for _, r := range claim.Status.Allocation.Devices.Results {

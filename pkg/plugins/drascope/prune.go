@@ -22,10 +22,13 @@ import (
 // nothing Filter or preemption does for them, it keeps nodes whose only
 // free devices are withheld (Filter explains them and retries the pod when
 // they recover) and, for a pod that may preempt, nodes where pods of lower
-// priority hold claims. It returns nil (every node) when it does not prune:
-// pods with claims already allocated, not yet readable or asking for admin
-// access, and pods with extended resources, which DRA or a device plugin
-// may serve.
+// priority hold claims (upstream's preemption does not consider nodes DRA
+// refused; they are kept for DRA-aware preemption, which needs to reach
+// them). It returns nil (every node) when it does not prune: pods with
+// claims already allocated, not yet readable, being allocated for another
+// pod of their group, changed while upstream's PreFilter ran, or asking for
+// admin access, and pods with extended resources, which DRA or a device
+// plugin may serve.
 func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo, claims *podClaims) (*fwk.PreFilterResult, *fwk.Status) {
 	if pl.manager == nil || claims.unknown > 0 || claims.allocated > 0 || len(claims.toAllocate) == 0 || requestsExtendedResources(pod) {
 		return nil, nil
@@ -34,6 +37,9 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 	slices := pl.manager.slicesSeen.Swap(nil)
 	if seen == nil || slices == nil {
 		// Upstream built no allocator this cycle.
+		return nil, nil
+	}
+	if !pl.claimsUnchanged(claims) {
 		return nil, nil
 	}
 	byName := make([]*v1.Node, 0, len(nodes))
@@ -60,6 +66,26 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 	}
 	logger.V(5).Info("Nodes that reach a free device for every request", "pod", klog.KObj(pod), "candidates", candidates.Len(), "nodes", len(byName))
 	return &fwk.PreFilterResult{NodeNames: candidates}, nil
+}
+
+// claimsUnchanged reports whether the claims DRAScope read before upstream's
+// PreFilter are what upstream worked with: still unallocated, at the same
+// resource version, and without an allocation in flight. A claim another
+// pod allocated in between (its binding wrote it), or one a pod of the same
+// group is allocating (upstream's Filter then checks that pending
+// allocation's node, not a free device), would make a need of a claim that
+// needs nothing.
+func (pl *DRAScope) claimsUnchanged(claims *podClaims) bool {
+	for _, claim := range claims.toAllocate {
+		if pl.claims.GetPendingAllocation(claim.UID) != nil {
+			return false
+		}
+		now, err := pl.claims.Get(claim.Namespace, claim.Name)
+		if err != nil || now.ResourceVersion != claim.ResourceVersion || now.Status.Allocation != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // noFreeDevice is the refusal when no node reaches a free device for every

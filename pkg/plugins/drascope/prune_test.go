@@ -1,11 +1,14 @@
 package drascope
 
 import (
+	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -68,5 +71,52 @@ func TestPodsWithExtendedResourcesAreNotPruned(t *testing.T) {
 	pod.Spec.InitContainers = []v1.Container{{Name: "init", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{"example.com/gpu": resource.MustParse("1")}}}}
 	if !requestsExtendedResources(pod) {
 		t.Errorf("an init container's extended resource was missed")
+	}
+}
+
+// claimsAt is a claim tracker holding the claims as they are now, and the
+// allocations in flight.
+type claimsAt struct {
+	fwk.ResourceClaimTracker
+	now     map[string]*resourceapi.ResourceClaim
+	pending map[types.UID]*resourceapi.AllocationResult
+}
+
+func (c claimsAt) Get(_, name string) (*resourceapi.ResourceClaim, error) {
+	if claim, ok := c.now[name]; ok {
+		return claim, nil
+	}
+	return nil, fmt.Errorf("claim %s not found", name)
+}
+
+func (c claimsAt) GetPendingAllocation(uid types.UID) *resourceapi.AllocationResult {
+	return c.pending[uid]
+}
+
+// Pruning only for the claims upstream's PreFilter worked with: not when a
+// claim changed meanwhile (another pod's binding allocated it) or is being
+// allocated for another pod of the group (upstream's Filter then checks
+// that allocation's node, and the claim needs no free device).
+func TestPruningOnlyForClaimsUpstreamAllocates(t *testing.T) {
+	read := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared", UID: "uid-shared", ResourceVersion: "1"}}
+	allocated := read.DeepCopy()
+	allocated.ResourceVersion = "2"
+	allocated.Status.Allocation = &resourceapi.AllocationResult{}
+	for name, tc := range map[string]struct {
+		tracker claimsAt
+		want    bool
+	}{
+		"unchanged":            {tracker: claimsAt{now: map[string]*resourceapi.ResourceClaim{"shared": read}}, want: true},
+		"allocated meanwhile":  {tracker: claimsAt{now: map[string]*resourceapi.ResourceClaim{"shared": allocated}}},
+		"changed meanwhile":    {tracker: claimsAt{now: map[string]*resourceapi.ResourceClaim{"shared": func() *resourceapi.ResourceClaim { c := read.DeepCopy(); c.ResourceVersion = "3"; return c }()}}},
+		"gone":                 {tracker: claimsAt{}},
+		"allocation in flight": {tracker: claimsAt{now: map[string]*resourceapi.ResourceClaim{"shared": read}, pending: map[types.UID]*resourceapi.AllocationResult{"uid-shared": {}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pl := &DRAScope{claims: tc.tracker}
+			if got := pl.claimsUnchanged(&podClaims{toAllocate: []*resourceapi.ResourceClaim{read}}); got != tc.want {
+				t.Errorf("claimsUnchanged = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
