@@ -79,6 +79,9 @@ type claimTracker struct {
 	withheld Withheld
 	// seen is the in-use set last handed out, for node pruning.
 	seen atomic.Pointer[inUseSeen]
+	// holds keep released allocations in use until their fate is known
+	// (releasehold.go).
+	holds releaseHolds
 }
 
 // inUseSeen is an in-use set as handed to upstream's allocator, and which of
@@ -87,8 +90,16 @@ type inUseSeen struct {
 	inUse, withheld sets.Set[structured.DeviceID]
 }
 
-// addWithheld adds the withheld devices to inUse and remembers both.
+// addWithheld adds the held and the withheld devices to inUse and
+// remembers the set and the withheld ones.
 func (t *claimTracker) addWithheld(inUse sets.Set[structured.DeviceID]) {
+	t.holds.insertHeld(inUse, func(namespace, name string) (string, bool) {
+		claim, err := t.ResourceClaimTracker.Get(namespace, name)
+		if err != nil {
+			return "", false
+		}
+		return claim.ResourceVersion, true
+	})
 	withheld := sets.New[structured.DeviceID]()
 	if t.withheld != nil {
 		t.withheld.InsertUnhealthy(withheld)
@@ -150,8 +161,15 @@ func (t *claimTracker) SignalClaimPendingAllocation(uid types.UID, allocated *re
 	return nil
 }
 
+// MaybeRemoveClaimPendingAllocation without forceRemove is Unreserve's:
+// the allocation may or may not have been written, so its devices are held
+// (releasehold.go). PreBind's, after a successful write, forces.
 func (t *claimTracker) MaybeRemoveClaimPendingAllocation(uid types.UID, forceRemove bool) bool {
+	pending := t.ResourceClaimTracker.GetPendingAllocation(uid)
 	deleted := t.ResourceClaimTracker.MaybeRemoveClaimPendingAllocation(uid, forceRemove)
+	if deleted && !forceRemove && pending != nil {
+		t.holds.releasedAllocation(uid, pending)
+	}
 	if deleted && t.observer != nil {
 		t.observer.PendingAllocationRemoved(uid)
 	}
@@ -170,6 +188,9 @@ func (t *claimTracker) AssumeClaimAfterAPICall(claim *resourceapi.ResourceClaim)
 
 func (t *claimTracker) AssumedClaimRestore(namespace, name string) {
 	t.ResourceClaimTracker.AssumedClaimRestore(namespace, name)
+	if claim, err := t.ResourceClaimTracker.Get(namespace, name); err == nil {
+		t.holds.restored(claim)
+	}
 	if t.observer != nil {
 		t.observer.AssumeRestored(namespace, name)
 	}

@@ -2,6 +2,7 @@ package drascope
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -42,6 +43,9 @@ func (t *innerTracker) AssumeClaimAfterAPICall(*resourceapi.ResourceClaim) error
 	return t.err
 }
 func (t *innerTracker) AssumedClaimRestore(string, string) {}
+func (t *innerTracker) Get(namespace, name string) (*resourceapi.ResourceClaim, error) {
+	return nil, fmt.Errorf("claim %s/%s not tracked", namespace, name)
+}
 
 type innerManager struct {
 	fwk.SharedDRAManager

@@ -1,0 +1,158 @@
+package drascope
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+)
+
+// This file keeps devices in use whose allocation the scheduler gave up on
+// without knowing whether the API has it.
+//
+// Upstream's PreBind writes a claim's allocation; when the write fails, the
+// pod is unreserved and the allocation leaves the in-flight set, so its
+// devices look free. But a write can fail after the apiserver committed it
+// (the connection reset by an apiserver restart, a timeout): the claim is
+// then allocated in the API, and until the informer delivers that, the
+// scheduler hands the same device to another claim. TestAPIServerRestartMidBurst
+// caught exactly that: one GPU allocated to two claims.
+//
+// So when Unreserve drops an in-flight allocation, its devices stay in
+// use until the scheduler's view of the claim moves past the version it
+// had (the informer delivered what the API holds), or a read from the API
+// shows the claim at that version still (the write never happened).
+
+// releaseHold is an allocation Unreserve released, held until its fate is
+// known.
+type releaseHold struct {
+	namespace, name, resourceVersion string
+	devices                          []structured.DeviceID
+	// unwritten is set when the API showed the claim at resourceVersion:
+	// the released allocation was never written.
+	unwritten bool
+}
+
+// ClaimVersionReader reads a claim's resource version from the API (a
+// quorum read), for release holds.
+type ClaimVersionReader func(ctx context.Context, namespace, name string) (string, error)
+
+// claimVersionFromAPI reads a claim's resource version with a quorum read;
+// a claim that is gone reads as no version.
+func claimVersionFromAPI(client kubernetes.Interface) ClaimVersionReader {
+	return func(ctx context.Context, namespace, name string) (string, error) {
+		claim, err := client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return claim.ResourceVersion, nil
+	}
+}
+
+// releaseHolds are the claim tracker's holds.
+type releaseHolds struct {
+	mu sync.Mutex
+	// released are allocations MaybeRemoveClaimPendingAllocation dropped,
+	// by claim, until AssumedClaimRestore names the claim.
+	released map[types.UID][]structured.DeviceID
+	held     map[types.UID]*releaseHold
+	// read checks a hold against the API; nil holds until the view moves.
+	read ClaimVersionReader
+	ctx  context.Context
+}
+
+func devicesOf(allocation *resourceapi.AllocationResult) []structured.DeviceID {
+	var ids []structured.DeviceID
+	for _, r := range allocation.Devices.Results {
+		if r.AdminAccess != nil && *r.AdminAccess {
+			continue // holds nothing
+		}
+		ids = append(ids, structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+	}
+	return ids
+}
+
+// releasedAllocation records the devices of an in-flight allocation
+// Unreserve dropped.
+func (h *releaseHolds) releasedAllocation(uid types.UID, allocation *resourceapi.AllocationResult) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released == nil {
+		h.released = map[types.UID][]structured.DeviceID{}
+	}
+	h.released[uid] = devicesOf(allocation)
+}
+
+// restored turns a released allocation into a hold, now that the claim is
+// known as the scheduler's view has it, and starts checking it against the
+// API.
+func (h *releaseHolds) restored(claim *resourceapi.ResourceClaim) {
+	h.mu.Lock()
+	devices, ok := h.released[claim.UID]
+	delete(h.released, claim.UID)
+	if !ok || len(devices) == 0 {
+		h.mu.Unlock()
+		return
+	}
+	if h.held == nil {
+		h.held = map[types.UID]*releaseHold{}
+	}
+	hold := &releaseHold{namespace: claim.Namespace, name: claim.Name, resourceVersion: claim.ResourceVersion, devices: devices}
+	h.held[claim.UID] = hold
+	read, ctx := h.read, h.ctx
+	h.mu.Unlock()
+	if read != nil && ctx != nil {
+		go h.check(ctx, read, claim.UID, hold)
+	}
+}
+
+// check reads the claim from the API until it can, with backoff (the
+// apiserver may be the reason the write failed), and marks the hold
+// unwritten when the API still has the version the scheduler saw.
+func (h *releaseHolds) check(ctx context.Context, read ClaimVersionReader, uid types.UID, hold *releaseHold) {
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 12, Cap: 10 * time.Second}
+	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		rv, err := read(ctx, hold.namespace, hold.name)
+		if err != nil {
+			return false, nil
+		}
+		if rv == hold.resourceVersion {
+			h.mu.Lock()
+			hold.unwritten = true
+			h.mu.Unlock()
+			klog.FromContext(ctx).V(4).Info("Released allocation was never written", "claim", klog.KRef(hold.namespace, hold.name))
+		}
+		return true, nil
+	})
+}
+
+// insertHeld adds the held devices to inUse, dropping the holds whose fate
+// is known: the claim is gone or the view of it moved on (current returns
+// its resource version, false when gone), or the API showed the allocation
+// was never written.
+func (h *releaseHolds) insertHeld(inUse sets.Set[structured.DeviceID], current func(namespace, name string) (string, bool)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for uid, hold := range h.held {
+		rv, ok := current(hold.namespace, hold.name)
+		if !ok || rv != hold.resourceVersion || hold.unwritten {
+			delete(h.held, uid)
+			continue
+		}
+		for _, id := range hold.devices {
+			inUse.Insert(id)
+		}
+	}
+}
