@@ -2,6 +2,7 @@ package drascope
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -122,7 +123,10 @@ func (h *releaseHolds) restored(claim *resourceapi.ResourceClaim) {
 // apiserver may be the reason the write failed), and marks the hold
 // unwritten when the API still has the version the scheduler saw.
 func (h *releaseHolds) check(ctx context.Context, read ClaimVersionReader, uid types.UID, hold *releaseHold) {
-	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 12, Cap: 10 * time.Second}
+	// Until it can read, however long the apiserver is away: a hold nobody
+	// resolves (a standalone claim whose pod is gone never changes) would
+	// keep its devices from every pod.
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 10 * time.Second}
 	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
 		rv, err := read(ctx, hold.namespace, hold.name)
 		if err != nil {
