@@ -93,6 +93,8 @@ type Cache struct {
 	// dirty pools and when their oldest unreflected change happened.
 	dirty     map[drausage.PoolID]time.Time
 	snapshots map[drausage.PoolID]*Snapshot
+	// onNode indexes the snapshots of node-local pools by node.
+	onNode    map[string]sets.Set[drausage.PoolID]
 	version   uint64
 	listeners []Listener
 }
@@ -114,6 +116,7 @@ func New(opts Options) *Cache {
 		confirmed:    map[drausage.PoolID]map[string]sets.Set[types.UID]{},
 		dirty:        map[drausage.PoolID]time.Time{},
 		snapshots:    map[drausage.PoolID]*Snapshot{},
+		onNode:       map[string]sets.Set[drausage.PoolID]{},
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
@@ -134,6 +137,41 @@ func (c *Cache) Get(id drausage.PoolID) *Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.snapshots[id]
+}
+
+// OnNode returns the latest snapshots of the pools local to node, in no
+// particular order: scoring reads a few nodes' pools, not every pool.
+func (c *Cache) OnNode(node string) []*Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := c.onNode[node]
+	out := make([]*Snapshot, 0, len(ids))
+	for id := range ids {
+		out = append(out, c.snapshots[id])
+	}
+	return out
+}
+
+// setSnapshotLocked replaces (or, with nil, removes) a pool's snapshot and
+// keeps the by-node index in step.
+func (c *Cache) setSnapshotLocked(id drausage.PoolID, snap *Snapshot) {
+	if old := c.snapshots[id]; old != nil && old.NodeName != "" {
+		c.onNode[old.NodeName].Delete(id)
+		if c.onNode[old.NodeName].Len() == 0 {
+			delete(c.onNode, old.NodeName)
+		}
+	}
+	if snap == nil {
+		delete(c.snapshots, id)
+		return
+	}
+	c.snapshots[id] = snap
+	if snap.NodeName != "" {
+		if c.onNode[snap.NodeName] == nil {
+			c.onNode[snap.NodeName] = sets.New[drausage.PoolID]()
+		}
+		c.onNode[snap.NodeName].Insert(id)
+	}
 }
 
 // List returns the latest snapshot of every pool, in no particular order.
@@ -178,7 +216,7 @@ func (c *Cache) Confirm(id drausage.PoolID, conflicts ...drausage.Conflict) {
 	c.keepConfirmedLocked(&refiltered)
 	c.version++
 	refiltered.Version = c.version
-	c.snapshots[id] = &refiltered
+	c.setSnapshotLocked(id, &refiltered)
 	listeners := c.listeners
 	c.mu.Unlock()
 	for _, l := range listeners {
@@ -503,9 +541,9 @@ func (c *Cache) Sync() []drausage.PoolID {
 			c.keepConfirmedLocked(results[i])
 			c.version++
 			results[i].Version = c.version
-			c.snapshots[in.id] = results[i]
+			c.setSnapshotLocked(in.id, results[i])
 		case c.snapshots[in.id] != nil:
-			delete(c.snapshots, in.id)
+			c.setSnapshotLocked(in.id, nil)
 			delete(c.confirmed, in.id)
 		default:
 			delete(c.confirmed, in.id)

@@ -293,3 +293,44 @@ func TestConfirmedConflicts(t *testing.T) {
 		t.Errorf("a conflict back again is confirmed without a check: %v", got)
 	}
 }
+
+// OnNode finds a node-local pool's snapshot by its node, follows the pool
+// when its slice moves to another node, and forgets it when it is gone.
+func TestOnNode(t *testing.T) {
+	c := New(Options{})
+	onNode := func(node string) []string {
+		var pools []string
+		for _, s := range c.OnNode(node) {
+			pools = append(pools, s.Pool)
+		}
+		return pools
+	}
+	local := slice("s1", "p1", "gpu-0")
+	local.Spec.NodeName = ptr.To("node-1")
+	c.SetSlice(local)
+	c.SetSlice(slice("fabric", "fabric", "link-0")) // tied to no node
+	c.Sync()
+	if got := onNode("node-1"); len(got) != 1 || got[0] != "p1" {
+		t.Fatalf("OnNode(node-1) = %v, want [p1]", got)
+	}
+	if got := onNode(""); len(got) != 0 {
+		t.Errorf("OnNode(\"\") = %v: pools tied to no node are not on a node", got)
+	}
+
+	moved := local.DeepCopy()
+	moved.Spec.NodeName = ptr.To("node-2")
+	c.SetSlice(moved)
+	c.Sync()
+	if got := onNode("node-1"); len(got) != 0 {
+		t.Errorf("OnNode(node-1) = %v after the pool moved to node-2", got)
+	}
+	if got := onNode("node-2"); len(got) != 1 {
+		t.Errorf("OnNode(node-2) = %v, want [p1]", got)
+	}
+
+	c.DeleteSlice(moved)
+	c.Sync()
+	if got := onNode("node-2"); len(got) != 0 {
+		t.Errorf("OnNode(node-2) = %v after the pool's slice was deleted", got)
+	}
+}

@@ -7,7 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
 
@@ -65,21 +64,17 @@ func (pl *DRAScope) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 	// or two between consecutive pods; all of a driver's after it
 	// republished) and waits for a recompute already running.
 	pl.pools.Sync()
-	feasible := sets.New[string]()
-	for _, node := range nodes {
-		if node.Node() != nil {
-			feasible.Insert(node.Node().Name)
-		}
-	}
 	use := make(map[string]deviceUse, len(nodes))
-	for _, snap := range pl.pools.List() {
-		if snap.NodeName == "" || !feasible.Has(snap.NodeName) {
+	for _, node := range nodes {
+		if node.Node() == nil {
 			continue
 		}
-		u := use[snap.NodeName]
-		u.total += snap.Summary.Total
-		u.used += snap.Summary.Total - snap.Summary.Available
-		use[snap.NodeName] = u
+		var u deviceUse
+		for _, snap := range pl.pools.OnNode(node.Node().Name) {
+			u.total += snap.Summary.Total
+			u.used += snap.Summary.Total - snap.Summary.Available
+		}
+		use[node.Node().Name] = u
 	}
 	state.Write(scoringStateKey, &scoringState{requested: requested, use: use})
 	return nil
