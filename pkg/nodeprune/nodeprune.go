@@ -200,13 +200,22 @@ func classNeed(name string, classes ClassGetter) (need, bool) {
 	if err != nil || class == nil {
 		return need{}, false
 	}
+	if driver, ok := ClassDriver(class); ok {
+		return need{drivers: sets.New(driver)}, true
+	}
+	return need{anyDriver: true}, true
+}
+
+// ClassDriver is the driver a class's devices must be of, when one of its
+// selectors is exactly device.driver == "X" (selectors are ANDed).
+func ClassDriver(class *resourceapi.DeviceClass) (string, bool) {
 	for _, selector := range class.Spec.Selectors {
 		if selector.CEL == nil {
 			continue
 		}
 		if m := driverOnly.FindStringSubmatch(selector.CEL.Expression); m != nil {
-			return need{drivers: sets.New(m[1])}, true
+			return m[1], true
 		}
 	}
-	return need{anyDriver: true}, true
+	return "", false
 }

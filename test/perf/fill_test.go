@@ -5,11 +5,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
 	"slices"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +19,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler"
 	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
 	"k8s.io/kubernetes/test/utils/client-go/ktesting"
+
+	"github.com/drascope/drascope/pkg/nodeprune"
 )
 
 // fillNamespace holds the claims fillClaims allocates.
@@ -123,9 +125,6 @@ func waitForSchedulerToSee(tCtx ktesting.TContext, sched *scheduler.Scheduler, d
 	return nil
 }
 
-// driverOnlyClass matches a class selector that names only a driver.
-var driverOnlyClass = regexp.MustCompile(`^\s*device\.driver\s*==\s*"([^"\\]+)"\s*$`)
-
 // fillDriver is the one driver the claims' requests can be allocated from.
 func fillDriver(tCtx ktesting.TContext, claims []*resourceapi.ResourceClaim) (string, error) {
 	classes := sets.New[string]()
@@ -145,14 +144,11 @@ func fillDriver(tCtx ktesting.TContext, claims []*resourceapi.ResourceClaim) (st
 	if err != nil {
 		return "", err
 	}
-	if len(class.Spec.Selectors) != 1 || class.Spec.Selectors[0].CEL == nil {
-		return "", fmt.Errorf("class %s: the fill needs one CEL selector naming the driver", name)
+	driver, ok := nodeprune.ClassDriver(class)
+	if !ok || len(class.Spec.Selectors) != 1 {
+		return "", fmt.Errorf("class %s: the fill needs one CEL selector naming only the driver", name)
 	}
-	m := driverOnlyClass.FindStringSubmatch(class.Spec.Selectors[0].CEL.Expression)
-	if m == nil {
-		return "", fmt.Errorf("class %s: selector %q names more than a driver", name, class.Spec.Selectors[0].CEL.Expression)
-	}
-	return m[1], nil
+	return driver, nil
 }
 
 type fillDevice struct{ node, pool, device string }
