@@ -2,272 +2,28 @@ package nodeprune_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
-	"k8s.io/utils/ptr"
 
+	"github.com/drascope/drascope/internal/dracases"
 	"github.com/drascope/drascope/pkg/nodeprune"
 )
 
-// The differential test: random clusters and claims, and for each node
-// upstream's allocator (what DynamicResources' Filter runs, over the same
-// in-use set) against nodeprune's candidates. Every node the allocator
-// accepts must be a candidate. The cases cover node-local and
-// network-attached pools (all nodes, a node selector, per-device node
-// selection), partitionable devices with shared counters, devices that
-// allow multiple allocations with consumable capacity, taints and
-// tolerations, withheld (Unhealthy) devices, admin access, prioritized
-// lists, allocation mode All, classes that name only a driver and classes
-// that select on attributes.
+// The differential test: random clusters and claims (internal/dracases),
+// and for each node upstream's allocator (what DynamicResources' Filter
+// runs, over the same in-use set) against nodeprune's candidates. Every
+// node the allocator accepts must be a candidate.
 
+// The other tests of this package use the differential test's drivers and
+// classes.
 const (
-	gpuDriver = "gpu.example.com"
-	nicDriver = "nic.example.com"
+	gpuDriver = dracases.GPUDriver
+	nicDriver = dracases.NICDriver
 )
 
-// featureSets choose among upstream's allocators, as the scheduler's gates
-// do: everything on (the experimental allocator), 1.37's default gates,
-// and the GA features only (the stable allocator). A request a set does not
-// support is refused by its allocator, which only makes pruning's job
-// easier; every case runs under each.
-var featureSets = map[string]structured.Features{
-	"all": {
-		AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true,
-		ConsumableCapacity: true, DeviceBindingAndStatus: true, ListTypeAttributes: true,
-	},
-	"defaults": dynamicresources.AllocatorFeatures(feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)),
-	"ga":       {},
-}
-
-type classList map[string]*resourceapi.DeviceClass
-
-func (c classList) List() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, class := range c {
-		out = append(out, class)
-	}
-	return out, nil
-}
-
-func (c classList) Get(name string) (*resourceapi.DeviceClass, error) {
-	if class, ok := c[name]; ok {
-		return class, nil
-	}
-	return nil, fmt.Errorf("no class %s", name)
-}
-
-func classWith(name string, expressions ...string) *resourceapi.DeviceClass {
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	for _, e := range expressions {
-		class.Spec.Selectors = append(class.Spec.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: e}})
-	}
-	return class
-}
-
-var testClasses = classList{
-	"gpu":       classWith("gpu", `device.driver == "gpu.example.com"`),
-	"nic":       classWith("nic", `device.driver == "nic.example.com"`),
-	"a100":      classWith("a100", `device.driver == "gpu.example.com"`, `device.attributes["gpu.example.com"].?model.orValue("") == "a100"`),
-	"any-a100":  classWith("any-a100", `device.attributes["gpu.example.com"].?model.orValue("") == "a100"`),
-	"anything":  classWith("anything"),
-	"shareable": classWith("shareable", `device.driver == "gpu.example.com" && device.allowMultipleAllocations == true`),
-	"either":    classWith("either", `device.driver == "gpu.example.com" || device.driver == "nic.example.com"`),
-}
-
-var classNames = []string{"gpu", "nic", "a100", "any-a100", "anything", "shareable", "either"}
-
-// testCase is one random cluster and pod.
-type testCase struct {
-	nodes  []*v1.Node
-	view   nodeprune.View
-	claims []*resourceapi.ResourceClaim
-}
-
-func pick[T any](r *rand.Rand, from ...T) T { return from[r.IntN(len(from))] }
-
-func newCase(seed uint64) testCase {
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	var c testCase
-	for i := range 1 + r.IntN(6) {
-		c.nodes = append(c.nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{
-			Name:   fmt.Sprintf("node-%d", i),
-			Labels: map[string]string{"zone": pick(r, "a", "b"), "rack": pick(r, "r0", "r1")},
-		}})
-	}
-	taint := func() []resourceapi.DeviceTaint {
-		if r.IntN(8) != 0 {
-			return nil
-		}
-		return []resourceapi.DeviceTaint{{Key: "maintenance", Effect: pick(r, resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute)}}
-	}
-	zoneSelector := func() *v1.NodeSelector {
-		return &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{
-			Key: "zone", Operator: v1.NodeSelectorOpIn, Values: []string{pick(r, "a", "b")},
-		}}}}}
-	}
-	var devices []structured.DeviceID
-	add := func(slice *resourceapi.ResourceSlice) {
-		c.view.Slices = append(c.view.Slices, slice)
-		for _, d := range slice.Spec.Devices {
-			devices = append(devices, structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, d.Name))
-		}
-	}
-	pool := func(name string, slices int) resourceapi.ResourcePool {
-		return resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: int64(slices)}
-	}
-	for _, node := range c.nodes {
-		if r.IntN(5) == 0 {
-			continue // a node without devices
-		}
-		name := node.Name
-		switch r.IntN(3) {
-		case 0: // whole GPUs
-			slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-gpus"}, Spec: resourceapi.ResourceSliceSpec{
-				Driver: gpuDriver, Pool: pool(name, 1), NodeName: ptr.To(name)}}
-			for j := range 1 + r.IntN(4) {
-				slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{
-					Name:       fmt.Sprintf("gpu-%d", j),
-					Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"model": {StringValue: ptr.To(pick(r, "a100", "h100"))}},
-					Taints:     taint(),
-				})
-			}
-			add(slice)
-		case 1: // a partitionable GPU: whole, or two halves, of 80Gi
-			spec := pool(name, 2)
-			add(&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-counters"}, Spec: resourceapi.ResourceSliceSpec{
-				Driver: gpuDriver, Pool: spec, NodeName: ptr.To(name),
-				SharedCounters: []resourceapi.CounterSet{{Name: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}}},
-			}})
-			partition := func(device, memory string) resourceapi.Device {
-				return resourceapi.Device{
-					Name:       device,
-					Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"model": {StringValue: ptr.To("a100")}},
-					ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
-						CounterSet: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(memory)}},
-					}},
-					Taints: taint(),
-				}
-			}
-			add(&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-partitions"}, Spec: resourceapi.ResourceSliceSpec{
-				Driver: gpuDriver, Pool: spec, NodeName: ptr.To(name),
-				Devices: []resourceapi.Device{partition("whole", "80Gi"), partition("half-0", "40Gi"), partition("half-1", "40Gi")},
-			}})
-		case 2: // a GPU shared by several claims, with consumable memory
-			add(&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-shared"}, Spec: resourceapi.ResourceSliceSpec{
-				Driver: gpuDriver, Pool: pool(name, 1), NodeName: ptr.To(name),
-				Devices: []resourceapi.Device{{
-					Name:                     "shared-0",
-					AllowMultipleAllocations: ptr.To(true),
-					Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {
-						Value:         resource.MustParse("80Gi"),
-						RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(resource.MustParse("10Gi"))},
-					}},
-					Taints: taint(),
-				}},
-			}})
-		}
-		if r.IntN(3) == 0 {
-			add(&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-nics"}, Spec: resourceapi.ResourceSliceSpec{
-				Driver: nicDriver, Pool: pool(name+"-nics", 1), NodeName: ptr.To(name),
-				Devices: []resourceapi.Device{{Name: "nic-0", Taints: taint()}, {Name: "nic-1"}},
-			}})
-		}
-	}
-	// Network-attached pools.
-	for i := range r.IntN(3) {
-		slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("fabric-%d", i)}, Spec: resourceapi.ResourceSliceSpec{
-			Driver: pick(r, nicDriver, gpuDriver), Pool: pool(fmt.Sprintf("fabric-%d", i), 1)}}
-		perDevice := false
-		switch r.IntN(3) {
-		case 0:
-			slice.Spec.AllNodes = ptr.To(true)
-		case 1:
-			slice.Spec.NodeSelector = zoneSelector()
-		case 2:
-			slice.Spec.PerDeviceNodeSelection = ptr.To(true)
-			perDevice = true
-		}
-		for j := range 1 + r.IntN(3) {
-			device := resourceapi.Device{Name: fmt.Sprintf("link-%d", j), Taints: taint(),
-				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"model": {StringValue: ptr.To(pick(r, "a100", "x"))}}}
-			if perDevice {
-				switch r.IntN(3) {
-				case 0:
-					device.NodeName = ptr.To(c.nodes[r.IntN(len(c.nodes))].Name)
-				case 1:
-					device.AllNodes = ptr.To(true)
-				case 2:
-					device.NodeSelector = zoneSelector()
-				}
-			}
-			slice.Spec.Devices = append(slice.Spec.Devices, device)
-		}
-		add(slice)
-	}
-
-	// In use: a random share of the devices, from almost none to almost
-	// all; some withheld as Unhealthy, which the allocator sees in use too.
-	c.view.InUse = sets.New[structured.DeviceID]()
-	c.view.Withheld = sets.New[structured.DeviceID]()
-	busy := pick(r, 0.1, 0.6, 0.9, 1.0)
-	for _, id := range devices {
-		if r.Float64() < busy {
-			c.view.InUse.Insert(id)
-		}
-		if r.IntN(10) == 0 {
-			c.view.InUse.Insert(id)
-			c.view.Withheld.Insert(id)
-		}
-	}
-
-	// The pod's claims.
-	request := func(name string) resourceapi.DeviceRequest {
-		exact := &resourceapi.ExactDeviceRequest{
-			DeviceClassName: pick(r, classNames...),
-			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
-			Count:           int64(1 + r.IntN(2)),
-		}
-		if r.IntN(10) == 0 {
-			exact.AllocationMode, exact.Count = resourceapi.DeviceAllocationModeAll, 0
-		}
-		if r.IntN(10) == 0 {
-			exact.AdminAccess = ptr.To(true)
-		}
-		if r.IntN(3) == 0 {
-			exact.Tolerations = []resourceapi.DeviceToleration{{Key: "maintenance", Operator: resourceapi.DeviceTolerationOpExists}}
-		}
-		if exact.DeviceClassName == "shareable" && r.IntN(2) == 0 {
-			exact.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(pick(r, "10Gi", "60Gi"))}}
-		}
-		if r.IntN(5) != 0 {
-			return resourceapi.DeviceRequest{Name: name, Exactly: exact}
-		}
-		first := resourceapi.DeviceSubRequest{Name: "first", DeviceClassName: exact.DeviceClassName, AllocationMode: exact.AllocationMode, Count: exact.Count, Tolerations: exact.Tolerations}
-		second := resourceapi.DeviceSubRequest{Name: "second", DeviceClassName: pick(r, classNames...), AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
-		return resourceapi.DeviceRequest{Name: name, FirstAvailable: []resourceapi.DeviceSubRequest{first, second}}
-	}
-	for i := range 1 + r.IntN(2) {
-		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("claim-%d", i), UID: types.UID(fmt.Sprintf("uid-%d", i))}}
-		for j := range 1 + r.IntN(2) {
-			claim.Spec.Devices.Requests = append(claim.Spec.Devices.Requests, request(fmt.Sprintf("req-%d", j)))
-		}
-		c.claims = append(c.claims, claim)
-	}
-	return c
-}
+var testClasses = dracases.Classes
 
 // outcome counts what the cases exercised, so that a generator that stops
 // producing interesting cases fails the test rather than passing it.
@@ -278,57 +34,41 @@ type outcome struct {
 	cases, pruned, acceptedWhenPruned, keptRefused int
 }
 
-var celCache = cel.NewCache(50, cel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: true})
-
 // check runs one case: the allocator of each feature set on every node,
 // against the candidates.
 func check(t *testing.T, seed uint64, o *outcome) {
 	t.Helper()
-	c := newCase(seed)
-	names, all := nodeprune.Candidates(c.claims, testClasses.Get, c.view, c.nodes)
+	c := dracases.New(seed)
+	names, all := nodeprune.Candidates(c.Claims, dracases.Classes.Get, nodeprune.View{Slices: c.Slices, InUse: c.InUse, Withheld: c.Withheld}, c.Nodes)
 	o.cases++
 	if !all {
 		o.pruned++
 	}
-	for setName, features := range featureSets {
+	for setName, features := range dracases.FeatureSets {
 		allocator, err := structured.NewAllocator(context.Background(), features, structured.AllocatedState{
-			AllocatedDevices:         c.view.InUse,
+			AllocatedDevices:         c.InUse,
 			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-		}, testClasses, c.view.Slices, celCache)
+		}, dracases.Classes, c.Slices, dracases.CEL)
 		if err != nil {
 			t.Fatalf("seed %d, features %s: building the allocator: %v", seed, setName, err)
 		}
-		for _, node := range c.nodes {
-			results, err := allocator.Allocate(context.Background(), node, c.claims)
-			accepted := err == nil && len(results) == len(c.claims)
+		for _, node := range c.Nodes {
+			results, err := allocator.Allocate(context.Background(), node, c.Claims)
+			accepted := err == nil && len(results) == len(c.Claims)
 			kept := all || names.Has(node.Name)
 			if accepted && !all {
 				o.acceptedWhenPruned++
 			}
 			if accepted && !kept {
 				t.Errorf("seed %d, features %s: the allocator accepts %s, which Candidates dropped (candidates %v)\nclaims: %s\nin use: %v\nwithheld: %v",
-					seed, setName, node.Name, sets.List(names), describeClaims(c.claims), c.view.InUse.UnsortedList(), c.view.Withheld.UnsortedList())
+					seed, setName, node.Name, sets.List(names), dracases.DescribeClaims(c.Claims), c.InUse.UnsortedList(), c.Withheld.UnsortedList())
 			}
 			if kept && !accepted && !all {
 				o.keptRefused++
 			}
 		}
 	}
-}
-
-func describeClaims(claims []*resourceapi.ResourceClaim) string {
-	out := ""
-	for _, claim := range claims {
-		for _, r := range claim.Spec.Devices.Requests {
-			if r.Exactly != nil {
-				out += fmt.Sprintf("[%s/%s: class %s, %s %d, admin %v] ", claim.Name, r.Name, r.Exactly.DeviceClassName, r.Exactly.AllocationMode, r.Exactly.Count, ptr.Deref(r.Exactly.AdminAccess, false))
-			} else {
-				out += fmt.Sprintf("[%s/%s: first of %s, %s] ", claim.Name, r.Name, r.FirstAvailable[0].DeviceClassName, r.FirstAvailable[1].DeviceClassName)
-			}
-		}
-	}
-	return out
 }
 
 // TestCandidatesKeepEveryNodeTheAllocatorAccepts runs 3000 seeded cases,

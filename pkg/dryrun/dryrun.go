@@ -1,0 +1,229 @@
+// Package dryrun answers the question a preemption dry run asks of DRA on
+// one node: with these claims' devices freed (their pods are victims) and
+// those taken (pods nominated to the node), can a pod's claims be allocated
+// here?
+//
+// Upstream's DynamicResources cannot answer it: its allocator is built once
+// per scheduling cycle over a fixed in-use set, and its cycle state is shared
+// by every clone. A Cycle keeps that cycle's allocated state and slices,
+// grouped by pool, so that one node's share is quick to copy; a Node is such
+// a copy that can be changed and asked, running the public structured
+// allocator over exactly the pools the node can reach. Freeing and taking
+// follow upstream's counting (k8s.io/kubernetes/pkg/scheduler/framework/
+// plugins/dynamicresources, foreachAllocatedDevice): admin-access results
+// hold nothing, and with consumable capacity a result with a share ID holds
+// a share and its capacity rather than the whole device.
+package dryrun
+
+import (
+	"context"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
+)
+
+// Allocating is what the allocator needs besides the in-use state and the
+// slices; the scheduler's, so a dry run answers as Filter would.
+type Allocating struct {
+	Features structured.Features
+	Classes  structured.DeviceClassLister
+	CEL      *cel.Cache
+}
+
+// Cycle is one scheduling cycle's allocated state and slices. It is only
+// read after NewCycle, so nodes evaluated in parallel share it.
+type Cycle struct {
+	allocating Allocating
+	state      structured.AllocatedState
+	// kept are in use for no claim (withheld, or held until a release is
+	// known): freeing a claim never frees them.
+	kept   sets.Set[structured.DeviceID]
+	slices []*resourceapi.ResourceSlice
+
+	once    sync.Once
+	byPool  map[pool][]*resourceapi.ResourceSlice
+	byNode  map[string][]pool
+	anyNode []pool
+	inUse   map[pool][]structured.DeviceID
+	shares  map[pool][]structured.SharedDeviceID
+}
+
+type pool struct{ driver, name string }
+
+func poolOf(id structured.DeviceID) pool {
+	return pool{driver: id.Driver.String(), name: id.Pool.String()}
+}
+
+// NewCycle keeps state, kept and slices as they are: the caller must not
+// change them afterwards.
+func NewCycle(allocating Allocating, state structured.AllocatedState, kept sets.Set[structured.DeviceID], slices []*resourceapi.ResourceSlice) *Cycle {
+	return &Cycle{allocating: allocating, state: state, kept: kept, slices: slices}
+}
+
+// index groups slices and in-use state by pool, once, when a dry run first
+// needs a node.
+func (c *Cycle) index() {
+	c.once.Do(func() {
+		c.byPool = map[pool][]*resourceapi.ResourceSlice{}
+		c.byNode = map[string][]pool{}
+		anyNode := sets.New[pool]()
+		for _, slice := range c.slices {
+			p := pool{driver: slice.Spec.Driver, name: slice.Spec.Pool.Name}
+			c.byPool[p] = append(c.byPool[p], slice)
+			if name := ptr.Deref(slice.Spec.NodeName, ""); name != "" {
+				// A pool's slices on a node usually come together;
+				// Node drops any repeat.
+				if nodePools := c.byNode[name]; len(nodePools) == 0 || nodePools[len(nodePools)-1] != p {
+					c.byNode[name] = append(nodePools, p)
+				}
+			} else {
+				// All nodes, a node selector, per-device node selection, or
+				// a slice of shared counters: the allocator decides.
+				if !anyNode.Has(p) {
+					anyNode.Insert(p)
+					c.anyNode = append(c.anyNode, p)
+				}
+			}
+		}
+		c.inUse = map[pool][]structured.DeviceID{}
+		for id := range c.state.AllocatedDevices {
+			c.inUse[poolOf(id)] = append(c.inUse[poolOf(id)], id)
+		}
+		c.shares = map[pool][]structured.SharedDeviceID{}
+		for id := range c.state.AllocatedSharedDeviceIDs {
+			p := poolOf(id.GetDeviceID())
+			c.shares[p] = append(c.shares[p], id)
+		}
+	})
+}
+
+// Node is a node's share of a Cycle that a dry run may change: the slices
+// of the pools the node can reach and a copy of their in-use state. It is
+// not safe for concurrent use.
+type Node struct {
+	cycle  *Cycle
+	node   *v1.Node
+	pools  sets.Set[pool]
+	slices []*resourceapi.ResourceSlice
+	state  structured.AllocatedState
+}
+
+// Node copies the node's share of the cycle.
+func (c *Cycle) Node(node *v1.Node) *Node {
+	c.index()
+	n := &Node{
+		cycle: c,
+		node:  node,
+		pools: sets.New[pool](),
+		state: structured.AllocatedState{
+			AllocatedDevices:         sets.New[structured.DeviceID](),
+			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+		},
+	}
+	for _, pools := range [][]pool{c.byNode[node.Name], c.anyNode} {
+		for _, p := range pools {
+			if n.pools.Has(p) {
+				continue
+			}
+			n.pools.Insert(p)
+			n.slices = append(n.slices, c.byPool[p]...)
+			for _, id := range c.inUse[p] {
+				n.state.AllocatedDevices.Insert(id)
+			}
+			for _, id := range c.shares[p] {
+				n.state.AllocatedSharedDeviceIDs.Insert(id)
+			}
+		}
+	}
+	for id, consumed := range c.state.AggregatedCapacity {
+		if n.pools.Has(poolOf(id)) {
+			n.state.AggregatedCapacity[id] = consumed.Clone()
+		}
+	}
+	return n
+}
+
+// Free marks the devices an allocation holds as free, except those the
+// cycle keeps in use for no claim. Devices of pools the node cannot reach
+// are not part of the node's share and change nothing.
+func (n *Node) Free(allocation *resourceapi.AllocationResult) {
+	n.each(allocation, func(id structured.DeviceID) {
+		if !n.cycle.kept.Has(id) {
+			n.state.AllocatedDevices.Delete(id)
+		}
+	}, func(id structured.SharedDeviceID, consumed *structured.DeviceConsumedCapacity) {
+		if !n.state.AllocatedSharedDeviceIDs.Has(id) {
+			return
+		}
+		n.state.AllocatedSharedDeviceIDs.Delete(id)
+		if consumed != nil {
+			n.state.AggregatedCapacity.Remove(*consumed)
+		}
+	})
+}
+
+// Take marks the devices an allocation holds as in use.
+func (n *Node) Take(allocation *resourceapi.AllocationResult) {
+	n.each(allocation, func(id structured.DeviceID) {
+		n.state.AllocatedDevices.Insert(id)
+	}, func(id structured.SharedDeviceID, consumed *structured.DeviceConsumedCapacity) {
+		if n.state.AllocatedSharedDeviceIDs.Has(id) {
+			return
+		}
+		n.state.AllocatedSharedDeviceIDs.Insert(id)
+		if consumed != nil {
+			n.state.AggregatedCapacity.Insert(*consumed)
+		}
+	})
+}
+
+func (n *Node) each(allocation *resourceapi.AllocationResult, dedicated func(structured.DeviceID), shared func(structured.SharedDeviceID, *structured.DeviceConsumedCapacity)) {
+	if allocation == nil {
+		return
+	}
+	for _, result := range allocation.Devices.Results {
+		if ptr.Deref(result.AdminAccess, false) {
+			continue
+		}
+		id := structured.MakeDeviceID(result.Driver, result.Pool, result.Device)
+		if !n.pools.Has(poolOf(id)) {
+			continue
+		}
+		if n.cycle.allocating.Features.ConsumableCapacity && result.ShareID != nil {
+			var consumed *structured.DeviceConsumedCapacity
+			if result.ConsumedCapacity != nil {
+				consumed = ptr.To(structured.NewDeviceConsumedCapacity(id, result.ConsumedCapacity))
+			}
+			shared(structured.MakeSharedDeviceID(id, result.ShareID), consumed)
+			continue
+		}
+		dedicated(id)
+	}
+}
+
+// InUse reports whether the device is in use in the node's share.
+func (n *Node) InUse(id structured.DeviceID) bool {
+	return n.state.AllocatedDevices.Has(id)
+}
+
+// Allocate runs the allocator for claims on the node over the node's
+// share as it is now. It returns nil results, and the allocator's
+// structured.ErrFailedAllocationOnNode or no error, when the claims do not
+// fit; any other error is the allocator's (a CEL or class problem).
+func (n *Node) Allocate(ctx context.Context, claims []*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
+	allocator, err := structured.NewAllocator(ctx, n.cycle.allocating.Features, n.state, n.cycle.allocating.Classes, n.slices, n.cycle.allocating.CEL)
+	if err != nil {
+		return nil, err
+	}
+	results, err := allocator.Allocate(ctx, n.node, claims)
+	if err != nil || len(results) != len(claims) {
+		return nil, err
+	}
+	return results, nil
+}
