@@ -254,11 +254,12 @@ func fromClaim(name string) podClaimSource    { return podClaimSource{claim: nam
 
 func (s *scenario) addPod(name, scheduler string, source podClaimSource) {
 	s.t.Helper()
-	s.addPodWith(name, scheduler, source, nil)
+	s.addPodWith(name, scheduler, source)
 }
 
-// addPodWith is addPod with the pod changed by change before it is created.
-func (s *scenario) addPodWith(name, scheduler string, source podClaimSource, change func(*v1.Pod)) {
+// addPodWith is addPod with the pod changed by each change, in order,
+// before it is created.
+func (s *scenario) addPodWith(name, scheduler string, source podClaimSource, changes ...func(*v1.Pod)) {
 	s.t.Helper()
 	podClaim := v1.PodResourceClaim{Name: "gpu"}
 	if source.template != "" {
@@ -278,7 +279,7 @@ func (s *scenario) addPodWith(name, scheduler string, source podClaimSource, cha
 			}},
 		},
 	}
-	if change != nil {
+	for _, change := range changes {
 		change(pod)
 	}
 	if _, err := env.client.CoreV1().Pods(s.namespace).Create(s.ctx, pod, metav1.CreateOptions{}); err != nil {

@@ -84,16 +84,20 @@ type claimTracker struct {
 	holds releaseHolds
 }
 
-// inUseSeen is an in-use set as handed to upstream's allocator, and which of
-// its devices are there only because they are withheld.
+// inUseSeen is the allocated state as handed to upstream's allocator, and
+// which of its devices are in use for no claim the tracker shows: withheld
+// ones (which node pruning counts apart) and those a release hold keeps
+// (which a preemption dry run must not free with a victim's claim).
 type inUseSeen struct {
-	inUse, withheld sets.Set[structured.DeviceID]
+	state          structured.AllocatedState
+	withheld, kept sets.Set[structured.DeviceID]
 }
 
-// addWithheld adds the held and the withheld devices to inUse and
-// remembers the set and the withheld ones.
-func (t *claimTracker) addWithheld(inUse sets.Set[structured.DeviceID]) {
-	t.holds.insertHeld(inUse, func(namespace, name string) (string, bool) {
+// addWithheld adds the held and the withheld devices to state and
+// remembers it.
+func (t *claimTracker) addWithheld(state structured.AllocatedState) {
+	kept := sets.New[structured.DeviceID]()
+	t.holds.insertHeld(kept, func(namespace, name string) (string, bool) {
 		claim, err := t.ResourceClaimTracker.Get(namespace, name)
 		if err != nil {
 			return "", false
@@ -103,11 +107,12 @@ func (t *claimTracker) addWithheld(inUse sets.Set[structured.DeviceID]) {
 	withheld := sets.New[structured.DeviceID]()
 	if t.withheld != nil {
 		t.withheld.InsertUnhealthy(withheld)
-		for id := range withheld {
-			inUse.Insert(id)
-		}
 	}
-	t.seen.Store(&inUseSeen{inUse: inUse, withheld: withheld})
+	kept = kept.Union(withheld)
+	for id := range kept {
+		state.AllocatedDevices.Insert(id)
+	}
+	t.seen.Store(&inUseSeen{state: state, withheld: withheld, kept: kept})
 }
 
 // ListAllAllocatedDevices is what upstream's PreFilter hands the allocator
@@ -116,7 +121,7 @@ func (t *claimTracker) addWithheld(inUse sets.Set[structured.DeviceID]) {
 func (t *claimTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
 	allocated, err := t.ResourceClaimTracker.ListAllAllocatedDevices()
 	if err == nil && allocated != nil {
-		t.addWithheld(allocated)
+		t.addWithheld(structured.AllocatedState{AllocatedDevices: allocated})
 	}
 	return allocated, err
 }
@@ -129,7 +134,7 @@ func (t *claimTracker) GatherAllocatedState() (*structured.AllocatedState, error
 		if state.AllocatedDevices == nil {
 			state.AllocatedDevices = sets.New[structured.DeviceID]()
 		}
-		t.addWithheld(state.AllocatedDevices)
+		t.addWithheld(*state)
 	}
 	return state, err
 }

@@ -6,6 +6,7 @@ package drascope
 import (
 	"context"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -13,6 +14,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -24,6 +26,7 @@ import (
 	_ "github.com/drascope/drascope/apis/config/scheme" // registers DRAScopeArgs with the kube-scheduler
 	"github.com/drascope/drascope/apis/config/validation"
 	"github.com/drascope/drascope/pkg/draruntime"
+	"github.com/drascope/drascope/pkg/dryrun"
 	"github.com/drascope/drascope/pkg/health"
 	"github.com/drascope/drascope/pkg/poolcache"
 )
@@ -65,11 +68,20 @@ type DRAScope struct {
 	classes resourcelisters.DeviceClassLister
 	// waiting are the pods to retry when a withheld device recovers.
 	waiting interface{ RetryWhenDeviceRecovers(*v1.Pod) }
+
+	// allocating is what a preemption dry run's allocator needs besides
+	// devices (preemption.go); filterTimeout bounds it as upstream's
+	// filterTimeout bounds its Filter.
+	allocating    dryrun.Allocating
+	filterTimeout time.Duration
+	// snapshot is the scheduler's handle, for the cycle's node snapshot.
+	snapshot fwk.Handle
 }
 
 var (
 	_ fwk.PreEnqueuePlugin         = &DRAScope{}
 	_ fwk.PreFilterPlugin          = &DRAScope{}
+	_ fwk.PreFilterExtensions      = &DRAScope{}
 	_ fwk.FilterPlugin             = &DRAScope{}
 	_ fwk.PostFilterPlugin         = &DRAScope{}
 	_ fwk.PodGroupPostFilterPlugin = &DRAScope{}
@@ -127,6 +139,19 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		manager.claims.holds.ctx, manager.claims.holds.read = ctx, claimVersionFromAPI(fh.ClientSet())
 		handle = &decoratedHandle{Handle: fh, draManager: manager}
 		pl.claims, pl.manager = manager.ResourceClaims(), manager
+		pl.pods = fh.SharedInformerFactory().Core().V1().Pods().Lister()
+		pl.snapshot = fh
+		pl.allocating = dryrun.Allocating{
+			Features: dynamicresources.AllocatorFeatures(fts),
+			Classes:  manager.DeviceClasses(),
+			CEL: cel.NewCache(10, cel.Features{
+				EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
+				EnableListTypeAttributes: fts.EnableDRAListTypeAttributes,
+			}),
+		}
+		if fts.EnableDRASchedulerFilterTimeout && args.FilterTimeout != nil {
+			pl.filterTimeout = args.FilterTimeout.Duration
+		}
 	}
 	upstreamArgs := &schedconfig.DynamicResourcesArgs{
 		FilterTimeout:  args.FilterTimeout,
@@ -142,7 +167,6 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		// namespaceSelector) and pods, so these add no watch.
 		informers := fh.SharedInformerFactory().Core().V1()
 		pl.namespaces = informers.Namespaces().Lister()
-		pl.pods = informers.Pods().Lister()
 		pl.activator = fh
 		pl.profileName = fh.ProfileName()
 		logger := klog.FromContext(ctx)
@@ -179,7 +203,9 @@ func (pl *DRAScope) Name() string {
 
 // PreFilter runs upstream's PreFilter (without shared counters for a pod
 // that asks for admin access only: adminaccess_counters.go), then
-// drascope's admin-access guards.
+// drascope's admin-access guards; then it keeps what upstream's allocator
+// was built from for preemption's dry runs (preemption.go) and prunes the
+// nodes (prune.go).
 // Upstream goes first because its PostFilter expects the cycle state its
 // PreFilter writes; refusing before it would turn a clear "unschedulable"
 // into a PostFilter error. Both run before anything is reserved.
@@ -210,7 +236,11 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		return nil, status
 	}
 	if result.AllNodes() && gathered {
-		return pl.pruneNodes(ctx, pod, nodes, claims)
+		view := pl.takeCycleView(pod, claims)
+		if w := pl.newWhatIf(view, claims); w != nil {
+			state.Write(whatIfStateKey, w)
+		}
+		return pl.pruneNodes(ctx, pod, nodes, claims, view)
 	}
 	return result, status
 }

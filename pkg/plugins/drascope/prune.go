@@ -22,24 +22,11 @@ import (
 // nothing Filter or preemption does for them, it keeps nodes whose only
 // free devices are withheld (Filter explains them and retries the pod when
 // they recover) and, for a pod that may preempt, nodes where pods of lower
-// priority hold claims (upstream's preemption does not consider nodes DRA
-// refused; they are kept for DRA-aware preemption, which needs to reach
-// them). It returns nil (every node) when it does not prune: pods with
-// claims already allocated, not yet readable, being allocated for another
-// pod of their group, changed while upstream's PreFilter ran, or asking for
-// admin access, and pods with extended resources, which DRA or a device
-// plugin may serve.
-func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo, claims *podClaims) (*fwk.PreFilterResult, *fwk.Status) {
-	if pl.manager == nil || claims.unknown > 0 || claims.allocated > 0 || len(claims.toAllocate) == 0 || requestsExtendedResources(pod) {
-		return nil, nil
-	}
-	seen := pl.manager.claims.seen.Swap(nil)
-	slices := pl.manager.slicesSeen.Swap(nil)
-	if seen == nil || slices == nil {
-		// Upstream built no allocator this cycle.
-		return nil, nil
-	}
-	if !pl.claimsUnchanged(claims) {
+// priority hold claims (DRA-aware preemption, preemption.go, must reach
+// them). It returns nil (every node) when it does not prune: without a
+// cycle view (takeCycleView), and for pods asking for admin access.
+func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo, claims *podClaims, view *cycleView) (*fwk.PreFilterResult, *fwk.Status) {
+	if view == nil {
 		return nil, nil
 	}
 	byName := make([]*v1.Node, 0, len(nodes))
@@ -49,7 +36,7 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 		}
 	}
 	classes := func(name string) (*resourceapi.DeviceClass, error) { return pl.manager.DeviceClasses().Get(name) }
-	candidates, all := nodeprune.Candidates(claims.toAllocate, classes, nodeprune.View{Slices: *slices, InUse: seen.inUse, Withheld: seen.withheld}, byName)
+	candidates, all := nodeprune.Candidates(claims.toAllocate, classes, nodeprune.View{Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld}, byName)
 	if all {
 		return nil, nil
 	}
@@ -66,6 +53,35 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 	}
 	logger.V(5).Info("Nodes that reach a free device for every request", "pod", klog.KObj(pod), "candidates", candidates.Len(), "nodes", len(byName))
 	return &fwk.PreFilterResult{NodeNames: candidates}, nil
+}
+
+// cycleView is what upstream's PreFilter built this cycle's allocator from,
+// which the decorator saw go by.
+type cycleView struct {
+	seen   *inUseSeen
+	slices []*resourceapi.ResourceSlice
+}
+
+// takeCycleView returns what upstream's allocator was built from, for the
+// pod's claims as DRAScope gathered them, or nil when there is nothing
+// node pruning and preemption's dry runs can work with: claims already
+// allocated, not yet readable, being allocated for another pod of their
+// group, or changed while upstream's PreFilter ran, and pods with extended
+// resources, which DRA or a device plugin may serve.
+func (pl *DRAScope) takeCycleView(pod *v1.Pod, claims *podClaims) *cycleView {
+	if pl.manager == nil {
+		return nil
+	}
+	seen := pl.manager.claims.seen.Swap(nil)
+	slices := pl.manager.slicesSeen.Swap(nil)
+	if seen == nil || slices == nil {
+		// Upstream built no allocator this cycle.
+		return nil
+	}
+	if claims.unknown > 0 || claims.allocated > 0 || len(claims.toAllocate) == 0 || requestsExtendedResources(pod) || !pl.claimsUnchanged(claims) {
+		return nil
+	}
+	return &cycleView{seen: seen, slices: *slices}
 }
 
 // claimsUnchanged reports whether the claims DRAScope read before upstream's

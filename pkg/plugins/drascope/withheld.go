@@ -21,14 +21,14 @@ import (
 // rejection names; the rest are counted.
 const maxWithheldInMessage = 3
 
-// Filter runs upstream's Filter. A refusal of a pod that needs admin-access
-// and ordinary requests allocated together says that its admin access
-// counts shared counters (adminaccess_counters.go). When it refuses the node
-// while devices the node can reach are withheld as Unhealthy, the refusal
-// says so, naming the devices, when and by which pod they were reported,
-// and the pod is remembered so that it is retried as soon as one of them
-// recovers.
-func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+// filterExplained runs upstream's Filter. A refusal of a pod that needs
+// admin-access and ordinary requests allocated together says that its
+// admin access counts shared counters (adminaccess_counters.go). When it
+// refuses the node while devices the node can reach are withheld as
+// Unhealthy, the refusal says so, naming the devices, when and by which pod
+// they were reported, and the pod is remembered so that it is retried as
+// soon as one of them recovers.
+func (pl *DRAScope) filterExplained(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	status := pl.DynamicResources.Filter(ctx, state, pod, nodeInfo)
 	if !status.IsRejected() {
 		return status

@@ -1,0 +1,393 @@
+package drascope
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/dryrun"
+)
+
+// DRA-aware preemption (docs/preemption.md). Upstream's DynamicResources
+// cannot take part in DefaultPreemption: it refuses a device shortage as
+// UnschedulableAndUnresolvable, which preemption never looks past; it has no
+// PreFilterExtensions, so removing a victim changes nothing it knows; and
+// its allocator, built once in PreFilter over a fixed in-use set, lives in
+// cycle state whose Clone returns the same pointer. DRAScope changes all
+// three. For a pod whose claims are all still to allocate, PreFilter keeps
+// what upstream's allocator was built from (a whatIf in the cycle state,
+// cloned independently); RemovePod and AddPod record the pods a dry run
+// removes (victims) and adds (nominated pods, reprieved victims); Filter,
+// when that changed anything, answers with its own allocation over the
+// node's devices, victims' freed and nominated pods' taken (pkg/dryrun).
+// DefaultPreemption itself (victim choice, PDBs, preemptionPolicy, the
+// events) runs unchanged.
+
+const whatIfStateKey fwk.StateKey = Name + "/whatif"
+
+// whatIf is the device side of a cycle's what-ifs: what upstream's
+// allocator was built from, and the pods a dry run removed from or added
+// to the node being evaluated.
+type whatIf struct {
+	// cycle and claims are shared by every clone: they are only read.
+	cycle  *dryrun.Cycle
+	claims []*resourceapi.ResourceClaim
+	// removed and added are each clone's own: preemption evaluates nodes
+	// in parallel, each on a clone.
+	removed map[types.UID]*v1.Pod
+	added   []*v1.Pod
+}
+
+func (w *whatIf) Clone() fwk.StateData {
+	clone := *w
+	clone.removed = maps.Clone(w.removed)
+	clone.added = slices.Clone(w.added)
+	return &clone
+}
+
+func (w *whatIf) changed() bool { return len(w.removed) > 0 || len(w.added) > 0 }
+
+func whatIfIn(state fwk.CycleState) *whatIf {
+	if state == nil {
+		return nil
+	}
+	data, err := state.Read(whatIfStateKey)
+	if err != nil {
+		return nil
+	}
+	w, _ := data.(*whatIf)
+	return w
+}
+
+// newWhatIf keeps, for a pod whose claims are all still to allocate and
+// ask for no admin access, what this cycle's allocator was built from.
+func (pl *DRAScope) newWhatIf(view *cycleView, claims *podClaims) *whatIf {
+	if view == nil || pl.allocating.Classes == nil {
+		return nil
+	}
+	for _, claim := range claims.toAllocate {
+		if firstAdminAccessRequest(claim) != "" {
+			return nil
+		}
+	}
+	state := view.seen.state
+	if state.AllocatedSharedDeviceIDs == nil {
+		state.AllocatedSharedDeviceIDs = sets.New[structured.SharedDeviceID]()
+	}
+	if state.AggregatedCapacity == nil {
+		state.AggregatedCapacity = structured.NewConsumedCapacityCollection()
+	}
+	return &whatIf{
+		cycle:   dryrun.NewCycle(pl.allocating, state, view.seen.kept, view.slices),
+		claims:  claims.toAllocate,
+		removed: map[types.UID]*v1.Pod{},
+	}
+}
+
+// PreFilterExtensions makes DRAScope part of preemption's dry runs and of
+// the pass of Filter that counts nominated pods.
+func (pl *DRAScope) PreFilterExtensions() fwk.PreFilterExtensions {
+	if pl.manager == nil {
+		return nil
+	}
+	return pl
+}
+
+// RemovePod records a pod a dry run removes from the node: a victim.
+func (pl *DRAScope) RemovePod(_ context.Context, state fwk.CycleState, _ *v1.Pod, podInfoToRemove fwk.PodInfo, _ fwk.NodeInfo) *fwk.Status {
+	w := whatIfIn(state)
+	pod := podInfoToRemove.GetPod()
+	if w == nil || len(pod.Spec.ResourceClaims) == 0 {
+		return nil
+	}
+	if i := slices.IndexFunc(w.added, func(p *v1.Pod) bool { return p.UID == pod.UID }); i >= 0 {
+		w.added = slices.Delete(w.added, i, i+1)
+		return nil
+	}
+	w.removed[pod.UID] = pod
+	return nil
+}
+
+// AddPod undoes RemovePod for a reprieved victim, and records any other
+// pod as one whose devices come first: a pod nominated to the node, of
+// priority at least the pod's.
+func (pl *DRAScope) AddPod(_ context.Context, state fwk.CycleState, _ *v1.Pod, podInfoToAdd fwk.PodInfo, _ fwk.NodeInfo) *fwk.Status {
+	w := whatIfIn(state)
+	pod := podInfoToAdd.GetPod()
+	if w == nil || len(pod.Spec.ResourceClaims) == 0 {
+		return nil
+	}
+	if _, ok := w.removed[pod.UID]; ok {
+		delete(w.removed, pod.UID)
+		return nil
+	}
+	w.added = append(w.added, pod)
+	return nil
+}
+
+// Filter answers a what-if itself; otherwise it runs upstream's Filter with
+// drascope's explanations (withheld.go), and reports a device shortage
+// that preempting pods of lower priority on the node could end as
+// Unschedulable rather than UnschedulableAndUnresolvable, so that
+// DefaultPreemption considers the node, and does not preempt again
+// elsewhere while its victims on the node terminate.
+func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	w := whatIfIn(state)
+	if w != nil && w.changed() {
+		return pl.filterWhatIf(ctx, w, pod, nodeInfo)
+	}
+	status := pl.filterExplained(ctx, state, pod, nodeInfo)
+	if w != nil && status.Code() == fwk.UnschedulableAndUnresolvable && mayPreempt(pod) && pl.lowerPriorityPodsHoldDevices(pod, nodeInfo, nil) {
+		return fwk.NewStatus(fwk.Unschedulable, status.Reasons()...)
+	}
+	return status
+}
+
+// filterWhatIf checks whether the pod's claims fit on the node with the
+// devices of the removed pods' claims free and those of the added pods'
+// claims taken.
+func (pl *DRAScope) filterWhatIf(ctx context.Context, w *whatIf, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	node := nodeInfo.Node()
+	if node == nil {
+		return fwk.NewStatus(fwk.Error, "node not found")
+	}
+	if pl.filterTimeout > 0 {
+		var cancel func()
+		ctx, cancel = context.WithTimeout(ctx, pl.filterTimeout)
+		defer cancel()
+	}
+	n := w.cycle.Node(node)
+	for _, allocation := range pl.allocationsFreedBy(w.removed, w.removed) {
+		n.Free(allocation)
+	}
+	var nominated []string
+	for _, other := range w.added {
+		if pl.take(ctx, n, other, w.claims) {
+			nominated = append(nominated, klog.KObj(other).String())
+		}
+	}
+	results, err := n.Allocate(ctx, w.claims)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fwk.AsStatus(fmt.Errorf("node %s: timed out trying to allocate devices", node.Name))
+	case err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode):
+		return fwk.AsStatus(err)
+	case results != nil:
+		return nil
+	}
+	reasons := []string{"cannot allocate all claims"}
+	if len(w.removed) > 0 {
+		reasons[0] += " even with the devices of the lower-priority pods on the node freed"
+	}
+	if len(nominated) > 0 {
+		reasons = append(reasons, "devices are kept for pods nominated to the node: "+strings.Join(nominated, ", "))
+	}
+	code := fwk.UnschedulableAndUnresolvable
+	if mayPreempt(pod) && pl.lowerPriorityPodsHoldDevices(pod, nodeInfo, w.removed) {
+		code = fwk.Unschedulable
+	}
+	return fwk.NewStatus(code, reasons...)
+}
+
+// take allocates, on the node's share, the claims of a nominated pod that
+// are still to allocate (other than the scheduled pod's own), and marks
+// their devices in use. It reports whether it took any.
+func (pl *DRAScope) take(ctx context.Context, n *dryrun.Node, pod *v1.Pod, own []*resourceapi.ResourceClaim) bool {
+	var toAllocate []*resourceapi.ResourceClaim
+	pl.forEachClaim(pod, func(claim *resourceapi.ResourceClaim) {
+		if claim.Status.Allocation != nil || pl.claims.GetPendingAllocation(claim.UID) != nil {
+			return // its devices are in use already
+		}
+		if slices.ContainsFunc(own, func(c *resourceapi.ResourceClaim) bool { return c.UID == claim.UID }) ||
+			slices.ContainsFunc(toAllocate, func(c *resourceapi.ResourceClaim) bool { return c.UID == claim.UID }) {
+			return
+		}
+		toAllocate = append(toAllocate, claim)
+	})
+	if len(toAllocate) == 0 {
+		return false
+	}
+	results, err := n.Allocate(ctx, toAllocate)
+	if err != nil || results == nil {
+		return false
+	}
+	for i := range results {
+		n.Take(&results[i])
+	}
+	return true
+}
+
+// forEachClaim calls f with each of the pod's claims the scheduler knows.
+func (pl *DRAScope) forEachClaim(pod *v1.Pod, f func(*resourceapi.ResourceClaim)) {
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			continue
+		}
+		if claim, err := pl.claims.Get(pod.Namespace, *name); err == nil {
+			f(claim)
+		}
+	}
+}
+
+// allocationsFreedBy returns the allocations of the claims of pods that
+// would be free if the pods in gone were: those that no other pod
+// reserves. A claim reserved for no pod yet (its pod is assumed, the
+// reservation not written) is freed only with the pod that owns it.
+func (pl *DRAScope) allocationsFreedBy(pods, gone map[types.UID]*v1.Pod) []*resourceapi.AllocationResult {
+	var freed []*resourceapi.AllocationResult
+	seen := sets.New[types.UID]()
+	for _, pod := range pods {
+		pl.forEachClaim(pod, func(claim *resourceapi.ResourceClaim) {
+			if seen.Has(claim.UID) {
+				return
+			}
+			seen.Insert(claim.UID)
+			allocation := claim.Status.Allocation
+			if allocation == nil {
+				allocation = pl.claims.GetPendingAllocation(claim.UID)
+			}
+			if allocation != nil && onlyUsedBy(claim, gone) {
+				freed = append(freed, allocation)
+			}
+		})
+	}
+	return freed
+}
+
+// onlyUsedBy reports whether every consumer of the claim is one of pods.
+func onlyUsedBy(claim *resourceapi.ResourceClaim, pods map[types.UID]*v1.Pod) bool {
+	if len(claim.Status.ReservedFor) == 0 {
+		owner := metav1.GetControllerOf(claim)
+		_, ok := pods[ptr.Deref(owner, metav1.OwnerReference{}).UID]
+		return owner != nil && owner.Kind == "Pod" && ok
+	}
+	for _, consumer := range claim.Status.ReservedFor {
+		if _, ok := pods[consumer.UID]; consumer.APIGroup != "" || consumer.Resource != "pods" || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// lowerPriorityPodsHoldDevices reports whether pods of lower priority than
+// pod on the node, other than those removed already, hold devices that
+// preempting them would free.
+func (pl *DRAScope) lowerPriorityPodsHoldDevices(pod *v1.Pod, nodeInfo fwk.NodeInfo, removed map[types.UID]*v1.Pod) bool {
+	priority := corev1helpers.PodPriority(pod)
+	lower := map[types.UID]*v1.Pod{}
+	for _, info := range nodeInfo.GetPods() {
+		other := info.GetPod()
+		if _, ok := removed[other.UID]; !ok && len(other.Spec.ResourceClaims) > 0 && corev1helpers.PodPriority(other) < priority {
+			lower[other.UID] = other
+		}
+	}
+	if len(lower) == 0 {
+		return false
+	}
+	gone := maps.Clone(lower)
+	maps.Copy(gone, removed)
+	for _, allocation := range pl.allocationsFreedBy(lower, gone) {
+		for _, result := range allocation.Devices.Results {
+			if !ptr.Deref(result.AdminAccess, false) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// PostFilter runs upstream's (which frees allocated claims a pod cannot
+// use), then keeps DefaultPreemption from running for a pod that preempted
+// already and waits only for its victims' claims to be released: once the
+// victims are gone the nominated node no longer has a terminating pod, so
+// DefaultPreemption would find the pod eligible again and preempt more,
+// while the resourceclaim controller has yet to deallocate the devices.
+func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	result, status := pl.DynamicResources.PostFilter(ctx, state, pod, statuses)
+	if status.Code() != fwk.Unschedulable {
+		return result, status
+	}
+	if reason := pl.awaitingRelease(ctx, state, pod); reason != "" {
+		klog.FromContext(ctx).V(4).Info("Not preempting: devices of preempted pods are being released", "pod", klog.KObj(pod), "node", pod.Status.NominatedNodeName)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+	}
+	return result, status
+}
+
+// awaitingRelease says why the pod waits, when it is nominated to a node
+// where it would fit once the claims whose pods are all gone are
+// deallocated.
+func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, pod *v1.Pod) string {
+	w := whatIfIn(state)
+	nodeName := pod.Status.NominatedNodeName
+	if w == nil || nodeName == "" {
+		return ""
+	}
+	nodeInfo, err := pl.snapshot.SnapshotSharedLister().NodeInfos().Get(nodeName)
+	if err != nil || nodeInfo.Node() == nil {
+		return ""
+	}
+	releasing := pl.releasingAllocations()
+	if len(releasing) == 0 {
+		return ""
+	}
+	n := w.cycle.Node(nodeInfo.Node())
+	for _, allocation := range releasing {
+		n.Free(allocation)
+	}
+	if results, err := n.Allocate(ctx, w.claims); err != nil || results == nil {
+		return ""
+	}
+	return fmt.Sprintf("waiting for the devices of pods preempted on node %s to be released", nodeName)
+}
+
+// releasingAllocations are the allocations of claims whose consumers are
+// all gone (deleted, or finished): the resourceclaim controller is about to
+// deallocate them.
+func (pl *DRAScope) releasingAllocations() []*resourceapi.AllocationResult {
+	claims, err := pl.claims.List()
+	if err != nil {
+		return nil
+	}
+	var releasing []*resourceapi.AllocationResult
+	for _, claim := range claims {
+		if claim.Status.Allocation == nil || len(claim.Status.ReservedFor) == 0 {
+			continue
+		}
+		if !slices.ContainsFunc(claim.Status.ReservedFor, pl.consumerRuns(claim.Namespace)) {
+			releasing = append(releasing, claim.Status.Allocation)
+		}
+	}
+	return releasing
+}
+
+// consumerRuns reports whether a consumer may still use its claim: it is
+// not a pod, or a pod that exists and has not finished.
+func (pl *DRAScope) consumerRuns(namespace string) func(resourceapi.ResourceClaimConsumerReference) bool {
+	return func(consumer resourceapi.ResourceClaimConsumerReference) bool {
+		if consumer.APIGroup != "" || consumer.Resource != "pods" {
+			return true
+		}
+		pod, err := pl.pods.Pods(namespace).Get(consumer.Name)
+		if err != nil {
+			return false
+		}
+		return pod.UID == consumer.UID && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed
+	}
+}

@@ -1,0 +1,223 @@
+package drascope
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/internal/dracases"
+	"github.com/drascope/drascope/pkg/dryrun"
+)
+
+// The dry-run tests: one node with two GPUs, pods of priority 0 holding
+// them through claims, and a pod of priority 100 asking for one. They go
+// through RemovePod, AddPod and Filter as DefaultPreemption and the
+// nominated-pods pass of Filter call them.
+
+const gpuDriver = dracases.GPUDriver
+
+func gpuResult(device string, admin bool) resourceapi.DeviceRequestAllocationResult {
+	return resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: gpuDriver, Pool: "node-0", Device: device, AdminAccess: ptr.To(admin)}
+}
+
+// holder is a pod of the given priority using the named standalone claims.
+func holder(name string, priority int32, claims ...string) *v1.Pod {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)}, Spec: v1.PodSpec{Priority: ptr.To(priority), NodeName: "node-0"}}
+	for _, claim := range claims {
+		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, v1.PodResourceClaim{Name: claim, ResourceClaimName: ptr.To(claim)})
+	}
+	return pod
+}
+
+// gpuClaim is a claim asking for one GPU, allocated (devices non-empty)
+// and reserved for the users, or not.
+func gpuClaim(name string, devices []resourceapi.DeviceRequestAllocationResult, users ...*v1.Pod) *resourceapi.ResourceClaim {
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+	claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+	}}}
+	if len(devices) > 0 {
+		claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: devices}}
+	}
+	for _, user := range users {
+		claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: user.Name, UID: user.UID})
+	}
+	return claim
+}
+
+type dryRunCluster struct {
+	pl        *DRAScope
+	node      fwk.NodeInfo
+	preemptor *v1.Pod
+	state     fwk.CycleState
+}
+
+// newDryRunCluster: training-0 holds gpu-0 (claim a), training-1 and
+// inference-0 share gpu-1 (claim shared); inference-0 has priority 100,
+// the others 0. The preemptor (priority 100) asks for one GPU.
+func newDryRunCluster(t *testing.T, extra ...*resourceapi.ResourceClaim) *dryRunCluster {
+	t.Helper()
+	training0 := holder("training-0", 0, "a")
+	training1 := holder("training-1", 0, "shared")
+	inference0 := holder("inference-0", 100, "shared")
+	preemptor := holder("preemptor", 100, "wanted")
+	preemptor.Spec.NodeName = ""
+	claims := map[string]*resourceapi.ResourceClaim{
+		"a":      gpuClaim("a", []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-0", false)}, training0),
+		"shared": gpuClaim("shared", []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-1", false)}, training1, inference0),
+		"wanted": gpuClaim("wanted", nil),
+	}
+	for _, claim := range extra {
+		claims[claim.Name] = claim
+	}
+	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-0-gpus"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: gpuDriver, Pool: resourceapi.ResourcePool{Name: "node-0", Generation: 1, ResourceSliceCount: 1}, NodeName: ptr.To("node-0"),
+		Devices: []resourceapi.Device{{Name: "gpu-0"}, {Name: "gpu-1"}},
+	}}
+	pl := &DRAScope{claims: claimsAt{now: claims}}
+	allocating := dryrun.Allocating{Classes: dracases.Classes, CEL: dracases.CEL}
+	inUse := sets.New(structured.MakeDeviceID(gpuDriver, "node-0", "gpu-0"), structured.MakeDeviceID(gpuDriver, "node-0", "gpu-1"))
+	state := framework.NewCycleState()
+	state.Write(whatIfStateKey, &whatIf{
+		cycle:   dryrun.NewCycle(allocating, structured.AllocatedState{AllocatedDevices: inUse}, sets.New[structured.DeviceID](), []*resourceapi.ResourceSlice{slice}),
+		claims:  []*resourceapi.ResourceClaim{claims["wanted"]},
+		removed: map[types.UID]*v1.Pod{},
+	})
+	node := nodeInfo("node-0", training0, training1, inference0)
+	return &dryRunCluster{pl: pl, node: node, preemptor: preemptor, state: state}
+}
+
+func (c *dryRunCluster) pod(name string) fwk.PodInfo {
+	for _, info := range c.node.GetPods() {
+		if info.GetPod().Name == name {
+			return info
+		}
+	}
+	pod, _ := framework.NewPodInfo(holder(name, 100, name))
+	return pod
+}
+
+func (c *dryRunCluster) remove(t *testing.T, state fwk.CycleState, name string) {
+	t.Helper()
+	if status := c.pl.RemovePod(context.Background(), state, c.preemptor, c.pod(name), c.node); !status.IsSuccess() {
+		t.Fatalf("RemovePod(%s): %v", name, status)
+	}
+}
+
+func (c *dryRunCluster) add(t *testing.T, state fwk.CycleState, name string) {
+	t.Helper()
+	if status := c.pl.AddPod(context.Background(), state, c.preemptor, c.pod(name), c.node); !status.IsSuccess() {
+		t.Fatalf("AddPod(%s): %v", name, status)
+	}
+}
+
+func TestDryRunFreesTheDevicesOfVictims(t *testing.T) {
+	for name, tc := range map[string]struct {
+		remove, add []string
+		// extra claims, for added pods.
+		extra []*resourceapi.ResourceClaim
+		// pods are more pods on the node.
+		pods     []*v1.Pod
+		wantCode fwk.Code
+		// wantReason is a part of the refusal.
+		wantReason string
+	}{
+		"a victim holding a GPU frees it": {remove: []string{"training-0"}, wantCode: fwk.Success},
+		"a reprieved victim's GPU is in use again": {
+			remove: []string{"training-1", "training-0"}, add: []string{"training-0"},
+			wantCode: fwk.Unschedulable, wantReason: "even with",
+		},
+		"a shared claim is not freed while a user of it stays": {
+			remove: []string{"training-1"}, wantCode: fwk.Unschedulable, wantReason: "even with the devices of the lower-priority pods on the node freed",
+		},
+		"a pod nominated to the node takes the freed GPU first": {
+			remove: []string{"training-0"}, add: []string{"nominated"},
+			extra: []*resourceapi.ResourceClaim{gpuClaim("nominated", nil)},
+			// training-1 is left, but its GPU is shared with a pod of
+			// priority 100: no victim is left that could help.
+			wantCode: fwk.UnschedulableAndUnresolvable, wantReason: "devices are kept for pods nominated to the node: ns/nominated",
+		},
+		"an admin-access holder frees nothing": {
+			remove: []string{"watcher"},
+			extra: []*resourceapi.ResourceClaim{gpuClaim("watcher", []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-0", true)},
+				holder("watcher", 0, "watcher"))},
+			pods:     []*v1.Pod{holder("watcher", 0, "watcher")},
+			wantCode: fwk.Unschedulable, wantReason: "even with",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newDryRunCluster(t, tc.extra...)
+			state := c.state.Clone()
+			for _, pod := range tc.pods {
+				info, _ := framework.NewPodInfo(pod)
+				c.node.AddPodInfo(info)
+			}
+			for _, pod := range tc.remove {
+				c.remove(t, state, pod)
+			}
+			for _, pod := range tc.add {
+				c.add(t, state, pod)
+			}
+			status := c.pl.Filter(context.Background(), state, c.preemptor, c.node)
+			if status.Code() != tc.wantCode {
+				t.Fatalf("Filter: %v, want code %v", status, tc.wantCode)
+			}
+			if tc.wantReason != "" && !strings.Contains(strings.Join(status.Reasons(), ", "), tc.wantReason) {
+				t.Errorf("Filter: %v, want a reason containing %q", status.Reasons(), tc.wantReason)
+			}
+			// The cycle's own state is untouched: preemption evaluates
+			// nodes in parallel, each on a clone.
+			if w := whatIfIn(c.state); w.changed() {
+				t.Errorf("a clone's RemovePod/AddPod changed the cycle's what-if: removed %v, added %d", w.removed, len(w.added))
+			}
+		})
+	}
+}
+
+// A device shortage is Unschedulable (preemption looks at the node) only
+// where lower-priority pods hold devices that preempting them frees.
+func TestShortageIsUnschedulableOnlyWhereVictimsCouldHelp(t *testing.T) {
+	c := newDryRunCluster(t)
+	if !c.pl.lowerPriorityPodsHoldDevices(c.preemptor, c.node, nil) {
+		t.Errorf("training-0 holds gpu-0 alone at priority 0: preempting it would help a pod of priority 100")
+	}
+	if c.pl.lowerPriorityPodsHoldDevices(c.preemptor, c.node, map[types.UID]*v1.Pod{"training-0": nil}) {
+		t.Errorf("with training-0 removed, only training-1 is left, whose claim inference-0 (priority 100) shares")
+	}
+	peer := holder("peer", 100, "other")
+	if c.pl.lowerPriorityPodsHoldDevices(peer, nodeInfo("node-0", holder("same", 100, "a")), nil) {
+		t.Errorf("a pod of equal priority is no victim")
+	}
+}
+
+func TestOnlyUsedBy(t *testing.T) {
+	a, b := holder("a", 0), holder("b", 0)
+	gone := map[types.UID]*v1.Pod{a.UID: a}
+	owned := gpuClaim("owned", nil)
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "a", UID: a.UID, Controller: ptr.To(true)}}
+	for name, tc := range map[string]struct {
+		claim *resourceapi.ResourceClaim
+		want  bool
+	}{
+		"reserved for the victim only":               {claim: gpuClaim("c", nil, a), want: true},
+		"reserved for a victim and another pod":      {claim: gpuClaim("c", nil, a, b)},
+		"not reserved yet, generated for the victim": {claim: owned, want: true},
+		"not reserved yet, standalone":               {claim: gpuClaim("c", nil)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := onlyUsedBy(tc.claim, gone); got != tc.want {
+				t.Errorf("onlyUsedBy = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
