@@ -111,6 +111,8 @@ type Node struct {
 	pools  sets.Set[pool]
 	slices []*resourceapi.ResourceSlice
 	state  structured.AllocatedState
+	// network is whether the node reaches pools not tied to one node.
+	network bool
 }
 
 // Node copies the node's share of the cycle.
@@ -126,6 +128,7 @@ func (c *Cycle) Node(node *v1.Node) *Node {
 			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 		},
 	}
+	n.network = len(c.anyNode) > 0
 	for _, pools := range [][]pool{c.byNode[node.Name], c.anyNode} {
 		for _, p := range pools {
 			if n.pools.Has(p) {
@@ -207,10 +210,10 @@ func (n *Node) each(allocation *resourceapi.AllocationResult, dedicated func(str
 	}
 }
 
-// InUse reports whether the device is in use in the node's share.
-func (n *Node) InUse(id structured.DeviceID) bool {
-	return n.state.AllocatedDevices.Has(id)
-}
+// ReachesNetworkPools reports whether the node's share has pools not tied
+// to one node (all nodes, a node selector, per-device node selection),
+// whose devices pods on other nodes may hold.
+func (n *Node) ReachesNetworkPools() bool { return n.network }
 
 // Allocate runs the allocator for claims on the node over the node's
 // share as it is now. It returns nil results, and the allocator's

@@ -2,12 +2,17 @@ package dryrun_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
@@ -164,4 +169,70 @@ func FuzzDryRun(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed uint64) {
 		check(t, seed, &outcome{})
 	})
+}
+
+// With consumable capacity, a result with a share ID holds a share of the
+// device and its capacity, not the device: freeing it gives the capacity
+// back, taking it uses it again.
+func TestSharesOfConsumableCapacity(t *testing.T) {
+	ctx := context.Background()
+	features := dracases.FeatureSets["all"]
+	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-0-shared"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: dracases.GPUDriver, Pool: resourceapi.ResourcePool{Name: "node-0", Generation: 1, ResourceSliceCount: 1}, NodeName: ptr.To("node-0"),
+		Devices: []resourceapi.Device{{
+			Name:                     "shared-0",
+			AllowMultipleAllocations: ptr.To(true),
+			Capacity:                 map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("80Gi")}},
+		}},
+	}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0"}}
+	id := structured.MakeDeviceID(dracases.GPUDriver, "node-0", "shared-0")
+	share := func(uid string) *resourceapi.AllocationResult {
+		return &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "req", Driver: dracases.GPUDriver, Pool: "node-0", Device: "shared-0", ShareID: ptr.To(types.UID(uid)),
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("40Gi")},
+		}}}}
+	}
+	// Two shares of 40Gi use the device's 80Gi.
+	state := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New(structured.MakeSharedDeviceID(id, ptr.To(types.UID("a"))), structured.MakeSharedDeviceID(id, ptr.To(types.UID("b")))),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	for range 2 {
+		state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("40Gi")}))
+	}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "wants-40Gi", UID: "uid"}}
+	claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "req", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "shareable", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("40Gi")}},
+	}}}
+	cycle := dryrun.NewCycle(dryrun.Allocating{Features: features, Classes: dracases.Classes, CEL: dracases.CEL}, state, sets.New[structured.DeviceID](), []*resourceapi.ResourceSlice{slice})
+	n := cycle.Node(node)
+	fits := func() bool {
+		t.Helper()
+		results, err := n.Allocate(ctx, []*resourceapi.ResourceClaim{claim})
+		if err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode) {
+			t.Fatalf("Allocate: %v", err)
+		}
+		return results != nil
+	}
+	if fits() {
+		t.Fatalf("40Gi fit on a device whose 80Gi two shares use")
+	}
+	n.Free(share("a"))
+	if !fits() {
+		t.Errorf("with share a freed, 40Gi does not fit")
+	}
+	n.Take(share("c"))
+	if fits() {
+		t.Errorf("with share c taken, 40Gi still fits")
+	}
+	// The cycle is unchanged: another node share starts from it.
+	if fresh := cycle.Node(node); fresh.ReachesNetworkPools() {
+		t.Errorf("a node-local pool counted as network-attached")
+	}
+	if len(state.AllocatedSharedDeviceIDs) != 2 || state.AggregatedCapacity[id] == nil {
+		t.Errorf("freeing on a node's share changed the cycle's state: %v", state.AllocatedSharedDeviceIDs)
+	}
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -351,6 +352,40 @@ func (s *scenario) addClaimTemplateLabelled(name string, labels map[string]strin
 		Spec:       resourceapi.ResourceClaimTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: gpuClaimSpec(false)},
 	}, metav1.CreateOptions{}); err != nil {
 		s.t.Fatalf("creating ResourceClaimTemplate %s/%s: %v", s.namespace, name, err)
+	}
+}
+
+// Many preemptors at once on a full cluster: each preempts one pod, and
+// every one of them runs.
+func TestManyPreemptorsAtOnce(t *testing.T) {
+	s := newScenario(t, nil)
+	low, high := s.priorityClass("low", 0), s.priorityClass("high", 1000)
+	victims := s.playKubelet()
+	const nodes, gpus, urgent = 6, 2, 8
+	for i := range nodes {
+		s.addNode(fmt.Sprintf("n%d", i), gpus)
+	}
+	s.addClaimTemplate("gpu", false)
+	for i := range nodes * gpus {
+		s.addPodWith(fmt.Sprintf("batch-%d", i), schedulerName, fromTemplate("gpu"), withPriorityClass(low))
+	}
+	for i := range nodes * gpus {
+		s.waitForPodScheduled(fmt.Sprintf("batch-%d", i))
+	}
+	for i := range urgent {
+		s.addPodWith(fmt.Sprintf("urgent-%d", i), schedulerName, fromTemplate("gpu"), withPriorityClass(high))
+	}
+	devices := map[string]string{}
+	for i := range urgent {
+		name := fmt.Sprintf("urgent-%d", i)
+		device := s.deviceOf(s.waitForPodScheduled(name))
+		if other, ok := devices[device]; ok {
+			t.Errorf("%s and %s both got %s", other, name, device)
+		}
+		devices[device] = name
+	}
+	if gone := victims.list(); len(gone) != urgent {
+		t.Errorf("preempted %d pods (%v), want %d: one for each urgent pod", len(gone), gone, urgent)
 	}
 }
 

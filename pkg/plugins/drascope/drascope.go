@@ -245,12 +245,21 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	return result, status
 }
 
-// EventsToRegister adds, to upstream's events, status updates of running
-// pods: kubelet's Healthy reports may free a withheld device.
+// EventsToRegister adds, to upstream's events, deletions of pods that held
+// claims (a preemptor's victims: preemption.go) and, when devices are
+// withheld, status updates of running pods: kubelet's Healthy reports may
+// free a withheld device.
 func (pl *DRAScope) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
 	events, err := pl.DynamicResources.EventsToRegister(ctx)
-	if err != nil || pl.health == nil {
+	if err != nil || pl.manager == nil {
 		return events, err
+	}
+	events = append(events, fwk.ClusterEventWithHint{
+		Event:          fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete},
+		QueueingHintFn: isSchedulableAfterVictimGone,
+	})
+	if pl.health == nil {
+		return events, nil
 	}
 	return append(events, fwk.ClusterEventWithHint{
 		Event:          fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update},

@@ -193,6 +193,10 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, w *whatIf, pod *v1.Pod, no
 	reasons := []string{"cannot allocate all claims"}
 	if len(w.removed) > 0 {
 		reasons[0] += " even with the devices of the lower-priority pods on the node freed"
+		if n.ReachesNetworkPools() {
+			// Preemption evicts pods of the candidate node only.
+			reasons = append(reasons, "devices of network-attached pools that pods on other nodes hold are out of preemption's reach")
+		}
 	}
 	if len(nominated) > 0 {
 		reasons = append(reasons, "devices are kept for pods nominated to the node: "+strings.Join(nominated, ", "))
@@ -310,6 +314,28 @@ func (pl *DRAScope) lowerPriorityPodsHoldDevices(pod *v1.Pod, nodeInfo fwk.NodeI
 		}
 	}
 	return false
+}
+
+// isSchedulableAfterVictimGone retries a pod nominated to a node (a
+// preemptor) when a pod that held claims there is deleted: it may have been
+// its victim. DefaultPreemption gates a preemptor while its preemption runs
+// and, once it has, lets only deletions of assigned pods un-gate it, leaving
+// whether to retry to the plugins that rejected the pod; upstream's
+// DynamicResources registers no such event, so without this a preemptor
+// gated that way would wait for the unschedulable pods' flush (five
+// minutes). The retry may come before the victim's claims are released;
+// PostFilter then keeps the pod waiting, and the deallocation retries it.
+func isSchedulableAfterVictimGone(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
+	gone, ok := oldObj.(*v1.Pod)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	node := pod.Status.NominatedNodeName
+	if node == "" || gone.Spec.NodeName != node || len(gone.Spec.ResourceClaims) == 0 {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("A pod holding claims left the node the pod is nominated to", "pod", klog.KObj(pod), "deleted", klog.KObj(gone), "node", node)
+	return fwk.Queue, nil
 }
 
 // PostFilter runs upstream's (which frees allocated claims a pod cannot

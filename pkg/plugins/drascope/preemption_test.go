@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -217,6 +218,34 @@ func TestOnlyUsedBy(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := onlyUsedBy(tc.claim, gone); got != tc.want {
 				t.Errorf("onlyUsedBy = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A preemptor is retried when a pod that held claims leaves the node it is
+// nominated to, and only then.
+func TestPreemptorRetriedWhenAVictimGoes(t *testing.T) {
+	preemptor := holder("urgent", 100, "wanted")
+	preemptor.Spec.NodeName = ""
+	preemptor.Status.NominatedNodeName = "node-0"
+	notNominated := holder("other", 100, "wanted")
+	notNominated.Spec.NodeName = ""
+	elsewhere := holder("elsewhere", 0, "a")
+	elsewhere.Spec.NodeName = "node-1"
+	for name, tc := range map[string]struct {
+		pod, gone *v1.Pod
+		want      fwk.QueueingHint
+	}{
+		"a claim holder leaves the nominated node": {pod: preemptor, gone: holder("victim", 0, "a"), want: fwk.Queue},
+		"a pod without claims leaves it":           {pod: preemptor, gone: holder("web", 0), want: fwk.QueueSkip},
+		"a claim holder leaves another node":       {pod: preemptor, gone: elsewhere, want: fwk.QueueSkip},
+		"the pod is nominated nowhere":             {pod: notNominated, gone: holder("victim", 0, "a"), want: fwk.QueueSkip},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := isSchedulableAfterVictimGone(klog.Background(), tc.pod, tc.gone, nil)
+			if err != nil || got != tc.want {
+				t.Errorf("hint = %v (err %v), want %v", got, err, tc.want)
 			}
 		})
 	}
