@@ -135,9 +135,15 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 	entry := results.IndexEntry{TestCase: u.testCase, Workload: u.workload, Variant: v.name, Pair: pair, Position: position}
 	start := time.Now()
 	perf.RunBenchmarkPerfScheduling(b, config, v.name, registry(), perf.WithPrepareFn(func(tCtx ktesting.TContext) error {
+		// scheduler_perf does not reset every metric between runs: count
+		// the victims from here.
+		victimsBefore, err := histogramSum("scheduler_preemption_victims")
+		if err != nil {
+			return err
+		}
 		// Runs before scheduler_perf's own cleanup, which resets the metrics
 		// and stops the apiserver.
-		tCtx.Cleanup(func() { checkRun(tCtx, v, &entry) })
+		tCtx.Cleanup(func() { checkRun(tCtx, v, &entry, victimsBefore) })
 		return nil
 	}), perf.WithNodeUpdateFn(fillClaims))
 	entry.Seconds = time.Since(start).Seconds()
@@ -162,7 +168,7 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 // fails it when the variant did not behave as itself: DRAScope must publish
 // ResourcePools and never hand out a device kubelet reported Unhealthy;
 // upstream publishes nothing.
-func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry) {
+func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, victimsBefore float64) {
 	writes, err := counterSum("drascope_resourcepool_writes_total")
 	if err != nil {
 		tCtx.Errorf("reading ResourcePool writes: %v", err)
@@ -182,6 +188,15 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry) {
 		tCtx.Errorf("counting the 8-GPU pods: %v", err)
 	} else {
 		entry.BigPods, entry.BigPodsPlaced = counted.created, counted.placed
+	}
+	if err := countUrgentPods(tCtx, tCtx.Client(), entry, victimsBefore); err != nil {
+		tCtx.Errorf("counting the urgent pods: %v", err)
+	}
+	if v.name == results.Upstream && entry.Victims > 0 {
+		tCtx.Errorf("the upstream run preempted %d pods: upstream cannot free devices by preemption, so DRAScope ran in it", entry.Victims)
+	}
+	if v.name != results.Upstream && entry.UrgentPodsPlaced < entry.UrgentPods {
+		tCtx.Errorf("DRAScope placed %d of %d urgent pods: preemption did not free a GPU for each", entry.UrgentPodsPlaced, entry.UrgentPods)
 	}
 	if v.name == results.Upstream {
 		if writes != 0 {
@@ -217,6 +232,57 @@ func bigPods(ctx context.Context, client kubernetes.Interface) (struct{ created,
 		}
 	}
 	return counted, nil
+}
+
+// countUrgentPods records the PreemptionOnFullCluster test case's urgent
+// pods (namespace "urgent"): created, bound, the time from the first
+// one's creation until the last bound one's PodScheduled condition, and
+// the pods preempted since victimsBefore.
+func countUrgentPods(ctx context.Context, client kubernetes.Interface, entry *results.IndexEntry, victimsBefore float64) error {
+	pods, err := client.CoreV1().Pods("urgent").List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) == 0 {
+		return err
+	}
+	var first, last time.Time
+	for _, pod := range pods.Items {
+		entry.UrgentPods++
+		if first.IsZero() || pod.CreationTimestamp.Time.Before(first) {
+			first = pod.CreationTimestamp.Time
+		}
+		if pod.Spec.NodeName == "" {
+			continue
+		}
+		entry.UrgentPodsPlaced++
+		for _, c := range pod.Status.Conditions {
+			if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue && c.LastTransitionTime.After(last) {
+				last = c.LastTransitionTime.Time
+			}
+		}
+	}
+	if !last.IsZero() {
+		entry.UrgentSeconds = last.Sub(first).Seconds()
+	}
+	victims, err := histogramSum("scheduler_preemption_victims")
+	entry.Victims = int(victims - victimsBefore)
+	return err
+}
+
+// histogramSum is the sum of the samples of a histogram in the legacy
+// registry, over all its series.
+func histogramSum(name string) (float64, error) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return sum, nil
 }
 
 // unhealthyDevicesHandedOut counts the devices reported Unhealthy in some

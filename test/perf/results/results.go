@@ -52,6 +52,15 @@ type IndexEntry struct {
 	// pods: created, and bound.
 	BigPods       int `json:"bigPods,omitempty"`
 	BigPodsPlaced int `json:"bigPodsPlaced,omitempty"`
+	// UrgentPods and UrgentPodsPlaced count the PreemptionOnFullCluster
+	// test case's preemptors: created, and bound; UrgentSeconds is the time
+	// from the first one's creation until the last placed was bound (1 s
+	// resolution: the PodScheduled condition's). Victims sums the
+	// scheduler's preemption_victims.
+	UrgentPods       int     `json:"urgentPods,omitempty"`
+	UrgentPodsPlaced int     `json:"urgentPodsPlaced,omitempty"`
+	UrgentSeconds    float64 `json:"urgentSeconds,omitempty"`
+	Victims          int     `json:"victims,omitempty"`
 }
 
 // AppendIndex adds an entry to dir's index.
@@ -338,6 +347,44 @@ func WriteFragmentation(w io.Writer, runs []Run) error {
 	b.WriteString("|---|---|---|---|---|\n")
 	for _, r := range selected {
 		fmt.Fprintf(&b, "| %s/%s | %d | %s | %d of %d | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, r.BigPodsPlaced, r.BigPods, throughput(r.Throughput))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WritePreemption prints, for every workload that created urgent pods (the
+// PreemptionOnFullCluster test case), each run: how many of them were
+// placed, how many pods were preempted for them, and how long placing them
+// took.
+func WritePreemption(w io.Writer, runs []Run) error {
+	var selected []Run
+	for _, r := range runs {
+		if r.UrgentPods > 0 {
+			selected = append(selected, r)
+		}
+	}
+	if len(selected) == 0 {
+		return nil
+	}
+	sort.SliceStable(selected, func(i, j int) bool {
+		a, b := selected[i], selected[j]
+		if a.TestCase+"/"+a.Workload != b.TestCase+"/"+b.Workload {
+			return a.TestCase+"/"+a.Workload < b.TestCase+"/"+b.Workload
+		}
+		if a.Pair != b.Pair {
+			return a.Pair < b.Pair
+		}
+		return a.Variant > b.Variant // upstream first
+	})
+	var b strings.Builder
+	b.WriteString("\n| Workload | Pair | Scheduler | urgent pods placed | pods preempted | last placed after |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, r := range selected {
+		after := "–"
+		if r.UrgentPodsPlaced > 0 {
+			after = fmt.Sprintf("%.0f s", r.UrgentSeconds)
+		}
+		fmt.Fprintf(&b, "| %s/%s | %d | %s | %d of %d | %d | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, r.UrgentPodsPlaced, r.UrgentPods, r.Victims, after)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
