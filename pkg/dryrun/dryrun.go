@@ -49,8 +49,10 @@ type Cycle struct {
 	byPool  map[pool][]*resourceapi.ResourceSlice
 	byNode  map[string][]pool
 	anyNode []pool
-	inUse   map[pool][]structured.DeviceID
-	shares  map[pool][]structured.SharedDeviceID
+	// nodeOf is the node of each node-local pool.
+	nodeOf map[pool]string
+	inUse  map[pool][]structured.DeviceID
+	shares map[pool][]structured.SharedDeviceID
 }
 
 type pool struct{ driver, name string }
@@ -71,11 +73,13 @@ func (c *Cycle) index() {
 	c.once.Do(func() {
 		c.byPool = map[pool][]*resourceapi.ResourceSlice{}
 		c.byNode = map[string][]pool{}
+		c.nodeOf = map[pool]string{}
 		anyNode := sets.New[pool]()
 		for _, slice := range c.slices {
 			p := pool{driver: slice.Spec.Driver, name: slice.Spec.Pool.Name}
 			c.byPool[p] = append(c.byPool[p], slice)
 			if name := ptr.Deref(slice.Spec.NodeName, ""); name != "" {
+				c.nodeOf[p] = name
 				// A pool's slices on a node usually come together;
 				// Node drops any repeat.
 				if nodePools := c.byNode[name]; len(nodePools) == 0 || nodePools[len(nodePools)-1] != p {
@@ -102,6 +106,38 @@ func (c *Cycle) index() {
 	})
 }
 
+// reaches reports whether a slice of a pool not tied to one node offers
+// the node a device: the slice's all-nodes or node selector, or with
+// per-device node selection, a device's.
+func (c *Cycle) reaches(node *v1.Node, p pool) bool {
+	matches := func(name *string, all *bool, selector *v1.NodeSelector) bool {
+		ok, err := structured.NodeMatches(c.allocating.Features, node, ptr.Deref(name, ""), ptr.Deref(all, false), selector)
+		return err == nil && ok
+	}
+	for _, slice := range c.byPool[p] {
+		if !ptr.Deref(slice.Spec.PerDeviceNodeSelection, false) {
+			if matches(slice.Spec.NodeName, slice.Spec.AllNodes, slice.Spec.NodeSelector) {
+				return true
+			}
+			continue
+		}
+		for i := range slice.Spec.Devices {
+			d := &slice.Spec.Devices[i]
+			if matches(d.NodeName, d.AllNodes, d.NodeSelector) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// NodeOf returns the node of a node-local pool, "" for a pool not tied to
+// one node or not in the cycle.
+func (c *Cycle) NodeOf(driver, poolName string) string {
+	c.index()
+	return c.nodeOf[pool{driver: driver, name: poolName}]
+}
+
 // Node is a node's share of a Cycle that a dry run may change: the slices
 // of the pools the node can reach and a copy of their in-use state. It is
 // not safe for concurrent use.
@@ -111,7 +147,8 @@ type Node struct {
 	pools  sets.Set[pool]
 	slices []*resourceapi.ResourceSlice
 	state  structured.AllocatedState
-	// network is whether the node reaches pools not tied to one node.
+	// network is whether a pool not tied to one node offers the node a
+	// device.
 	network bool
 }
 
@@ -128,7 +165,6 @@ func (c *Cycle) Node(node *v1.Node) *Node {
 			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 		},
 	}
-	n.network = len(c.anyNode) > 0
 	for _, pools := range [][]pool{c.byNode[node.Name], c.anyNode} {
 		for _, p := range pools {
 			if n.pools.Has(p) {
@@ -142,6 +178,11 @@ func (c *Cycle) Node(node *v1.Node) *Node {
 			for _, id := range c.shares[p] {
 				n.state.AllocatedSharedDeviceIDs.Insert(id)
 			}
+		}
+	}
+	for _, p := range c.anyNode {
+		if !n.network && c.reaches(node, p) {
+			n.network = true
 		}
 	}
 	for id, consumed := range c.state.AggregatedCapacity {
@@ -169,6 +210,16 @@ func (n *Node) Free(allocation *resourceapi.AllocationResult) {
 			n.state.AggregatedCapacity.Remove(*consumed)
 		}
 	})
+}
+
+// FreeAllBut marks as free every device of the node's share that is not in
+// inUse (nor kept): the devices released since the cycle began.
+func (n *Node) FreeAllBut(inUse sets.Set[structured.DeviceID]) {
+	for id := range n.state.AllocatedDevices {
+		if !inUse.Has(id) && !n.cycle.kept.Has(id) {
+			n.state.AllocatedDevices.Delete(id)
+		}
+	}
 }
 
 // Take marks the devices an allocation holds as in use.
@@ -210,9 +261,9 @@ func (n *Node) each(allocation *resourceapi.AllocationResult, dedicated func(str
 	}
 }
 
-// ReachesNetworkPools reports whether the node's share has pools not tied
-// to one node (all nodes, a node selector, per-device node selection),
-// whose devices pods on other nodes may hold.
+// ReachesNetworkPools reports whether a pool not tied to one node (all
+// nodes, a node selector, per-device node selection) offers the node a
+// device: one that pods on other nodes may hold.
 func (n *Node) ReachesNetworkPools() bool { return n.network }
 
 // Allocate runs the allocator for claims on the node over the node's

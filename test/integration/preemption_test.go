@@ -242,7 +242,7 @@ func TestPreemptorWaitsForTheReleaseOfItsVictimsDevices(t *testing.T) {
 	// the pod. In a busy cluster some come while the devices are released;
 	// here an unrelated ResourceSlice plays that part.
 	s.addSliceOf("other.example.com", "unrelated", "device-0")
-	s.waitForPodUnschedulable("inference", "waiting for the devices of pods preempted on node")
+	s.waitForPodUnschedulable("inference", "waiting for devices on node")
 	release()
 	s.waitForPodScheduled("inference")
 	if gone := victims.list(); len(gone) != 1 {

@@ -198,6 +198,9 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, vict
 	if v.name != results.Upstream && entry.UrgentPodsPlaced < entry.UrgentPods {
 		tCtx.Errorf("DRAScope placed %d of %d urgent pods: preemption did not free a GPU for each", entry.UrgentPodsPlaced, entry.UrgentPods)
 	}
+	if v.name != results.Upstream && entry.Victims > entry.UrgentPods {
+		tCtx.Errorf("DRAScope preempted %d pods for %d urgent pods of one GPU each: some preempted twice", entry.Victims, entry.UrgentPods)
+	}
 	if v.name == results.Upstream {
 		if writes != 0 {
 			tCtx.Errorf("the upstream run made %v ResourcePool writes: DRAScope ran in it", writes)

@@ -74,6 +74,8 @@ type DRAScope struct {
 	// filterTimeout bounds its Filter.
 	allocating    dryrun.Allocating
 	filterTimeout time.Duration
+	// nodeAllocatableResources: preemption.go, newWhatIf.
+	nodeAllocatableResources bool
 	// snapshot is the scheduler's handle, for the cycle's node snapshot.
 	snapshot fwk.Handle
 }
@@ -149,6 +151,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 				EnableListTypeAttributes: fts.EnableDRAListTypeAttributes,
 			}),
 		}
+		pl.nodeAllocatableResources = fts.EnableDRANodeAllocatableResources
 		if fts.EnableDRASchedulerFilterTimeout && args.FilterTimeout != nil {
 			pl.filterTimeout = args.FilterTimeout.Duration
 		}
@@ -256,7 +259,7 @@ func (pl *DRAScope) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWit
 	}
 	events = append(events, fwk.ClusterEventWithHint{
 		Event:          fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete},
-		QueueingHintFn: isSchedulableAfterVictimGone,
+		QueueingHintFn: pl.isSchedulableAfterVictimGone,
 	})
 	if pl.health == nil {
 		return events, nil

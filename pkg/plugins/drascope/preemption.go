@@ -77,7 +77,10 @@ func whatIfIn(state fwk.CycleState) *whatIf {
 // newWhatIf keeps, for a pod whose claims are all still to allocate and
 // ask for no admin access, what this cycle's allocator was built from.
 func (pl *DRAScope) newWhatIf(view *cycleView, claims *podClaims) *whatIf {
-	if view == nil || pl.allocating.Classes == nil {
+	if view == nil || pl.allocating.Classes == nil || pl.nodeAllocatableResources {
+		// With DRANodeAllocatableResources (alpha), upstream's Filter also
+		// checks node-allocatable resources mapped to devices, which a
+		// dry run does not: no preemption for devices then.
 		return nil
 	}
 	for _, claim := range claims.toAllocate {
@@ -149,7 +152,7 @@ func (pl *DRAScope) AddPod(_ context.Context, state fwk.CycleState, _ *v1.Pod, p
 func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	w := whatIfIn(state)
 	if w != nil && w.changed() {
-		return pl.filterWhatIf(ctx, w, pod, nodeInfo)
+		return pl.filterWhatIf(ctx, state, w, pod, nodeInfo)
 	}
 	status := pl.filterExplained(ctx, state, pod, nodeInfo)
 	if w != nil && status.Code() == fwk.UnschedulableAndUnresolvable && mayPreempt(pod) && pl.lowerPriorityPodsHoldDevices(pod, nodeInfo, nil) {
@@ -161,7 +164,7 @@ func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 // filterWhatIf checks whether the pod's claims fit on the node with the
 // devices of the removed pods' claims free and those of the added pods'
 // claims taken.
-func (pl *DRAScope) filterWhatIf(ctx context.Context, w *whatIf, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *whatIf, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	node := nodeInfo.Node()
 	if node == nil {
 		return fwk.NewStatus(fwk.Error, "node not found")
@@ -172,7 +175,7 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, w *whatIf, pod *v1.Pod, no
 		defer cancel()
 	}
 	n := w.cycle.Node(node)
-	for _, allocation := range pl.allocationsFreedBy(w.removed, w.removed) {
+	for _, allocation := range pl.allocationsFreedBy(w.removed, w.removed, podsOn(nodeInfo, w.added)) {
 		n.Free(allocation)
 	}
 	var nominated []string
@@ -200,6 +203,13 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, w *whatIf, pod *v1.Pod, no
 	}
 	if len(nominated) > 0 {
 		reasons = append(reasons, "devices are kept for pods nominated to the node: "+strings.Join(nominated, ", "))
+	}
+	if pl.health != nil {
+		// As filterExplained: name withheld devices, retry on recovery.
+		if note := pl.withheldIn(state).note(ctx, pl, node); note != "" {
+			pl.waiting.RetryWhenDeviceRecovers(pod)
+			reasons = append(reasons, note)
+		}
 	}
 	code := fwk.UnschedulableAndUnresolvable
 	if mayPreempt(pod) && pl.lowerPriorityPodsHoldDevices(pod, nodeInfo, w.removed) {
@@ -251,17 +261,23 @@ func (pl *DRAScope) forEachClaim(pod *v1.Pod, f func(*resourceapi.ResourceClaim)
 
 // allocationsFreedBy returns the allocations of the claims of pods that
 // would be free if the pods in gone were: those that no other pod
-// reserves. A claim reserved for no pod yet (its pod is assumed, the
-// reservation not written) is freed only with the pod that owns it.
-func (pl *DRAScope) allocationsFreedBy(pods, gone map[types.UID]*v1.Pod) []*resourceapi.AllocationResult {
+// reserves, and that no pod in stay uses (one assumed on the node, whose
+// reservation is not written yet, or one nominated to it). A claim
+// reserved for no pod yet is freed only with the pod it was generated for.
+func (pl *DRAScope) allocationsFreedBy(pods, gone map[types.UID]*v1.Pod, stay []*v1.Pod) []*resourceapi.AllocationResult {
+	used := sets.New[types.UID]()
+	for _, other := range stay {
+		if _, ok := gone[other.UID]; !ok {
+			pl.forEachClaim(other, func(claim *resourceapi.ResourceClaim) { used.Insert(claim.UID) })
+		}
+	}
 	var freed []*resourceapi.AllocationResult
-	seen := sets.New[types.UID]()
 	for _, pod := range pods {
 		pl.forEachClaim(pod, func(claim *resourceapi.ResourceClaim) {
-			if seen.Has(claim.UID) {
+			if used.Has(claim.UID) {
 				return
 			}
-			seen.Insert(claim.UID)
+			used.Insert(claim.UID)
 			allocation := claim.Status.Allocation
 			if allocation == nil {
 				allocation = pl.claims.GetPendingAllocation(claim.UID)
@@ -272,6 +288,17 @@ func (pl *DRAScope) allocationsFreedBy(pods, gone map[types.UID]*v1.Pod) []*reso
 		})
 	}
 	return freed
+}
+
+// podsOn returns the pods of the node that use claims, and those added.
+func podsOn(nodeInfo fwk.NodeInfo, added []*v1.Pod) []*v1.Pod {
+	pods := slices.Clone(added)
+	for _, info := range nodeInfo.GetPods() {
+		if pod := info.GetPod(); len(pod.Spec.ResourceClaims) > 0 {
+			pods = append(pods, pod)
+		}
+	}
+	return pods
 }
 
 // onlyUsedBy reports whether every consumer of the claim is one of pods.
@@ -306,7 +333,7 @@ func (pl *DRAScope) lowerPriorityPodsHoldDevices(pod *v1.Pod, nodeInfo fwk.NodeI
 	}
 	gone := maps.Clone(lower)
 	maps.Copy(gone, removed)
-	for _, allocation := range pl.allocationsFreedBy(lower, gone) {
+	for _, allocation := range pl.allocationsFreedBy(lower, gone, podsOn(nodeInfo, nil)) {
 		for _, result := range allocation.Devices.Results {
 			if !ptr.Deref(result.AdminAccess, false) {
 				return true
@@ -317,70 +344,133 @@ func (pl *DRAScope) lowerPriorityPodsHoldDevices(pod *v1.Pod, nodeInfo fwk.NodeI
 }
 
 // isSchedulableAfterVictimGone retries a pod nominated to a node (a
-// preemptor) when a pod that held claims there is deleted: it may have been
-// its victim. DefaultPreemption gates a preemptor while its preemption runs
+// preemptor) when a pod that held claims there is deleted, and a pod of
+// higher priority than a preempted pod that held claims when that one is
+// deleted: it may have been its victim. DefaultPreemption gates a preemptor while its preemption runs
 // and, once it has, lets only deletions of assigned pods un-gate it, leaving
 // whether to retry to the plugins that rejected the pod; upstream's
 // DynamicResources registers no such event, so without this a preemptor
 // gated that way would wait for the unschedulable pods' flush (five
 // minutes). The retry may come before the victim's claims are released;
 // PostFilter then keeps the pod waiting, and the deallocation retries it.
-func isSchedulableAfterVictimGone(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
+func (pl *DRAScope) isSchedulableAfterVictimGone(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
 	gone, ok := oldObj.(*v1.Pod)
 	if !ok {
 		return fwk.Queue, nil
 	}
-	node := pod.Status.NominatedNodeName
-	if node == "" || gone.Spec.NodeName != node || len(gone.Spec.ResourceClaims) == 0 {
+	if gone.Spec.NodeName == "" || len(gone.Spec.ResourceClaims) == 0 {
 		return fwk.QueueSkip, nil
 	}
-	logger.V(5).Info("A pod holding claims left the node the pod is nominated to", "pod", klog.KObj(pod), "deleted", klog.KObj(gone), "node", node)
+	// The nomination may not be in the pod's status yet when its victim's
+	// deletion arrives; the victim's DisruptionTarget condition, written
+	// before the deletion, says it was preempted. (The scheduler's
+	// nominator cannot be asked here: hints run under the queue's lock,
+	// which NominatedPodsForNode takes too.)
+	if pod.Status.NominatedNodeName != gone.Spec.NodeName && !(preempted(gone) && corev1helpers.PodPriority(gone) < corev1helpers.PodPriority(pod)) {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("A pod holding claims left a node the pod may be waiting for", "pod", klog.KObj(pod), "deleted", klog.KObj(gone), "node", gone.Spec.NodeName)
 	return fwk.Queue, nil
 }
 
+// preempted reports whether the scheduler marked the pod as preempted.
+func preempted(pod *v1.Pod) bool {
+	return slices.ContainsFunc(pod.Status.Conditions, func(c v1.PodCondition) bool {
+		return c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue && c.Reason == v1.PodReasonPreemptionByScheduler
+	})
+}
+
 // PostFilter runs upstream's (which frees allocated claims a pod cannot
-// use), then keeps DefaultPreemption from running for a pod that preempted
-// already and waits only for its victims' claims to be released: once the
-// victims are gone the nominated node no longer has a terminating pod, so
-// DefaultPreemption would find the pod eligible again and preempt more,
-// while the resourceclaim controller has yet to deallocate the devices.
+// use), then keeps DefaultPreemption from running for a pod that would fit
+// once devices already on their way out are free: devices of claims whose
+// pods are all gone, which the resourceclaim controller is about to
+// deallocate, or released since the cycle began. That is the window after
+// a preemptor's victims are gone: the nominated node no longer has a
+// terminating pod, so DefaultPreemption would find the pod eligible again
+// and preempt more.
 func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	result, status := pl.DynamicResources.PostFilter(ctx, state, pod, statuses)
 	if status.Code() != fwk.Unschedulable {
 		return result, status
 	}
-	if reason := pl.awaitingRelease(ctx, state, pod); reason != "" {
-		klog.FromContext(ctx).V(4).Info("Not preempting: devices of preempted pods are being released", "pod", klog.KObj(pod), "node", pod.Status.NominatedNodeName)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+	if !mayPreempt(pod) || !preemptionMayLook(statuses, pl.snapshot) {
+		return result, status
+	}
+	if node := pl.awaitingRelease(ctx, state, pod, statuses); node != "" {
+		klog.FromContext(ctx).V(4).Info("Not preempting: devices being released would make room", "pod", klog.KObj(pod), "node", node)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("waiting for devices on node %s to be released by pods that are gone", node))
 	}
 	return result, status
 }
 
-// awaitingRelease says why the pod waits, when it is nominated to a node
-// where it would fit once the claims whose pods are all gone are
-// deallocated.
-func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, pod *v1.Pod) string {
-	w := whatIfIn(state)
-	nodeName := pod.Status.NominatedNodeName
-	if w == nil || nodeName == "" {
-		return ""
+// preemptionMayLook reports whether DefaultPreemption would evaluate any
+// node: only nodes refused as Unschedulable are candidates. On a full
+// cluster of pods of equal priority none is, and the release check is
+// skipped.
+func preemptionMayLook(statuses fwk.NodeToStatusReader, h fwk.Handle) bool {
+	if statuses == nil {
+		return false
 	}
-	nodeInfo, err := pl.snapshot.SnapshotSharedLister().NodeInfos().Get(nodeName)
-	if err != nil || nodeInfo.Node() == nil {
+	nodes, err := statuses.NodesForStatusCode(h.SnapshotSharedLister().NodeInfos(), fwk.Unschedulable)
+	return err == nil && len(nodes) > 0
+}
+
+// maxReleaseChecks bounds the nodes awaitingRelease tries.
+const maxReleaseChecks = 16
+
+// awaitingRelease returns a node where the pod would fit with the devices
+// on their way out free: its nominated node first, then the nodes of the
+// claims whose pods are all gone. It reads the claims as they are now, not
+// as the cycle began: a deallocation seen in between is a device free.
+func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) string {
+	w := whatIfIn(state)
+	if w == nil {
 		return ""
 	}
 	releasing := pl.releasingAllocations()
-	if len(releasing) == 0 {
-		return ""
+	var nodes []string
+	if nominated := pod.Status.NominatedNodeName; nominated != "" {
+		nodes = append(nodes, nominated)
 	}
-	n := w.cycle.Node(nodeInfo.Node())
 	for _, allocation := range releasing {
-		n.Free(allocation)
+		for _, result := range allocation.Devices.Results {
+			if node := w.cycle.NodeOf(result.Driver, result.Pool); node != "" && !slices.Contains(nodes, node) {
+				nodes = append(nodes, node)
+			}
+		}
 	}
-	if results, err := n.Allocate(ctx, w.claims); err != nil || results == nil {
+	if len(nodes) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("waiting for the devices of pods preempted on node %s to be released", nodeName)
+	inUse, err := pl.manager.claims.ResourceClaimTracker.ListAllAllocatedDevices()
+	if err != nil {
+		return ""
+	}
+	checked := 0
+	for _, name := range nodes {
+		if checked == maxReleaseChecks {
+			break
+		}
+		if rejected := statuses.Get(name); rejected == nil || rejected.Plugin() != Name {
+			// Refused for something other than devices (or not at all):
+			// a release does not help there.
+			continue
+		}
+		checked++
+		nodeInfo, err := pl.snapshot.SnapshotSharedLister().NodeInfos().Get(name)
+		if err != nil || nodeInfo.Node() == nil {
+			continue
+		}
+		n := w.cycle.Node(nodeInfo.Node())
+		n.FreeAllBut(inUse)
+		for _, allocation := range releasing {
+			n.Free(allocation)
+		}
+		if results, err := n.Allocate(ctx, w.claims); err == nil && results != nil {
+			return name
+		}
+	}
+	return ""
 }
 
 // releasingAllocations are the allocations of claims whose consumers are

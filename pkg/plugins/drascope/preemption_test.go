@@ -195,9 +195,30 @@ func TestShortageIsUnschedulableOnlyWhereVictimsCouldHelp(t *testing.T) {
 	if c.pl.lowerPriorityPodsHoldDevices(c.preemptor, c.node, map[types.UID]*v1.Pod{"training-0": nil}) {
 		t.Errorf("with training-0 removed, only training-1 is left, whose claim inference-0 (priority 100) shares")
 	}
-	peer := holder("peer", 100, "other")
-	if c.pl.lowerPriorityPodsHoldDevices(peer, nodeInfo("node-0", holder("same", 100, "a")), nil) {
+	// A pod of priority 100 holding a GPU alone: a victim for nobody of
+	// priority 100, one for a pod of priority 101.
+	same := holder("same", 100, "own")
+	withOwn := newDryRunCluster(t, gpuClaim("own", []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-0", false)}, same))
+	if withOwn.pl.lowerPriorityPodsHoldDevices(holder("peer", 100), nodeInfo("node-0", same), nil) {
 		t.Errorf("a pod of equal priority is no victim")
+	}
+	if !withOwn.pl.lowerPriorityPodsHoldDevices(holder("higher", 101), nodeInfo("node-0", same), nil) {
+		t.Errorf("a pod of priority 100 holding a GPU alone is a victim for a pod of priority 101")
+	}
+}
+
+// A claim that a pod staying on the node uses is not freed, even where its
+// reservation is not written yet (the pod is assumed).
+func TestClaimsOfPodsThatStayAreNotFreed(t *testing.T) {
+	victim, assumed := holder("victim", 0, "pending-share"), holder("assumed", 100, "pending-share")
+	claim := gpuClaim("pending-share", []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-0", false)}, victim)
+	c := newDryRunCluster(t, claim)
+	gone := map[types.UID]*v1.Pod{victim.UID: victim}
+	if freed := c.pl.allocationsFreedBy(gone, gone, nil); len(freed) != 1 {
+		t.Fatalf("with no other pod on the node, the victim's claim must be freed; got %d allocations", len(freed))
+	}
+	if freed := c.pl.allocationsFreedBy(gone, gone, []*v1.Pod{victim, assumed}); len(freed) != 0 {
+		t.Errorf("a claim the assumed pod uses was freed with the victim: %d allocations", len(freed))
 	}
 }
 
@@ -241,9 +262,19 @@ func TestPreemptorRetriedWhenAVictimGoes(t *testing.T) {
 		"a pod without claims leaves it":           {pod: preemptor, gone: holder("web", 0), want: fwk.QueueSkip},
 		"a claim holder leaves another node":       {pod: preemptor, gone: elsewhere, want: fwk.QueueSkip},
 		"the pod is nominated nowhere":             {pod: notNominated, gone: holder("victim", 0, "a"), want: fwk.QueueSkip},
+		"a preempted claim holder of lower priority goes, before the nomination shows": {pod: notNominated, gone: func() *v1.Pod {
+			p := holder("victim", 0, "a")
+			p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler}}
+			return p
+		}(), want: fwk.Queue},
+		"a preempted claim holder of equal priority goes": {pod: notNominated, gone: func() *v1.Pod {
+			p := holder("victim", 100, "a")
+			p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler}}
+			return p
+		}(), want: fwk.QueueSkip},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := isSchedulableAfterVictimGone(klog.Background(), tc.pod, tc.gone, nil)
+			got, err := (&DRAScope{}).isSchedulableAfterVictimGone(klog.Background(), tc.pod, tc.gone, nil)
 			if err != nil || got != tc.want {
 				t.Errorf("hint = %v (err %v), want %v", got, err, tc.want)
 			}
