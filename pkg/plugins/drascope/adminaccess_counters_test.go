@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drascope/drascope/internal/dracases"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,19 +29,7 @@ import (
 // all of it, "half-a" and "half-b" 40Gi each; "whole" is allocated to a
 // workload.
 
-type classes map[string]*resourceapi.DeviceClass
-
-func (c classes) List() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, class := range c {
-		out = append(out, class)
-	}
-	return out, nil
-}
-
-func (c classes) Get(name string) (*resourceapi.DeviceClass, error) {
-	return c[name], nil
-}
+type classes = dracases.ClassList
 
 const testDriver = "gpu.example.com"
 

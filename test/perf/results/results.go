@@ -317,20 +317,15 @@ func num(v float64, decimals int) string {
 	return fmt.Sprintf("%.*f", decimals, v)
 }
 
-// WriteFragmentation prints, for every workload that created 8-GPU pods
-// (the Fragmentation test case), each variant's run: how many of them were
-// placed, and the throughput of the 1-GPU pods before them. With several
-// pairs, every run is listed.
-func WriteFragmentation(w io.Writer, runs []Run) error {
+// runsWhere returns the runs keep selects, by workload, pair, and variant
+// (upstream first).
+func runsWhere(runs []Run, keep func(Run) bool) []Run {
 	order := map[string]int{Upstream: 0, DRAScope: 1, DRAScopeMostAllocated: 2, DRAScopeLeastAllocated: 3}
 	var selected []Run
 	for _, r := range runs {
-		if r.BigPods > 0 {
+		if keep(r) {
 			selected = append(selected, r)
 		}
-	}
-	if len(selected) == 0 {
-		return nil
 	}
 	sort.SliceStable(selected, func(i, j int) bool {
 		a, b := selected[i], selected[j]
@@ -342,6 +337,18 @@ func WriteFragmentation(w io.Writer, runs []Run) error {
 		}
 		return order[a.Variant] < order[b.Variant]
 	})
+	return selected
+}
+
+// WriteFragmentation prints, for every workload that created 8-GPU pods
+// (the Fragmentation test case), each variant's run: how many of them were
+// placed, and the throughput of the 1-GPU pods before them. With several
+// pairs, every run is listed.
+func WriteFragmentation(w io.Writer, runs []Run) error {
+	selected := runsWhere(runs, func(r Run) bool { return r.BigPods > 0 })
+	if len(selected) == 0 {
+		return nil
+	}
 	var b strings.Builder
 	b.WriteString("\n| Workload | Pair | Scheduler | 8-GPU pods placed | 1-GPU pods/s avg (p50/p90) |\n")
 	b.WriteString("|---|---|---|---|---|\n")
@@ -357,25 +364,10 @@ func WriteFragmentation(w io.Writer, runs []Run) error {
 // placed, how many pods were preempted for them, and how long placing them
 // took.
 func WritePreemption(w io.Writer, runs []Run) error {
-	var selected []Run
-	for _, r := range runs {
-		if r.UrgentPods > 0 {
-			selected = append(selected, r)
-		}
-	}
+	selected := runsWhere(runs, func(r Run) bool { return r.UrgentPods > 0 })
 	if len(selected) == 0 {
 		return nil
 	}
-	sort.SliceStable(selected, func(i, j int) bool {
-		a, b := selected[i], selected[j]
-		if a.TestCase+"/"+a.Workload != b.TestCase+"/"+b.Workload {
-			return a.TestCase+"/"+a.Workload < b.TestCase+"/"+b.Workload
-		}
-		if a.Pair != b.Pair {
-			return a.Pair < b.Pair
-		}
-		return a.Variant > b.Variant // upstream first
-	})
 	var b strings.Builder
 	b.WriteString("\n| Workload | Pair | Scheduler | urgent pods placed | pods preempted | last placed after |\n")
 	b.WriteString("|---|---|---|---|---|---|\n")
