@@ -76,8 +76,8 @@ type DRAScope struct {
 	filterTimeout time.Duration
 	// nodeAllocatableResources: preemption.go, newWhatIf.
 	nodeAllocatableResources bool
-	// snapshot is the scheduler's handle, for the cycle's node snapshot.
-	snapshot fwk.Handle
+	// handle is the scheduler's, for the cycle's node snapshot.
+	handle fwk.Handle
 }
 
 var (
@@ -142,7 +142,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		handle = &decoratedHandle{Handle: fh, draManager: manager}
 		pl.claims, pl.manager = manager.ResourceClaims(), manager
 		pl.pods = fh.SharedInformerFactory().Core().V1().Pods().Lister()
-		pl.snapshot = fh
+		pl.handle = fh
 		pl.allocating = dryrun.Allocating{
 			Features: dynamicresources.AllocatorFeatures(fts),
 			Classes:  manager.DeviceClasses(),

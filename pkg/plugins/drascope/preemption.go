@@ -346,13 +346,14 @@ func (pl *DRAScope) lowerPriorityPodsHoldDevices(pod *v1.Pod, nodeInfo fwk.NodeI
 // isSchedulableAfterVictimGone retries a pod nominated to a node (a
 // preemptor) when a pod that held claims there is deleted, and a pod of
 // higher priority than a preempted pod that held claims when that one is
-// deleted: it may have been its victim. DefaultPreemption gates a preemptor while its preemption runs
-// and, once it has, lets only deletions of assigned pods un-gate it, leaving
-// whether to retry to the plugins that rejected the pod; upstream's
-// DynamicResources registers no such event, so without this a preemptor
-// gated that way would wait for the unschedulable pods' flush (five
-// minutes). The retry may come before the victim's claims are released;
-// PostFilter then keeps the pod waiting, and the deallocation retries it.
+// deleted: it may have been its victim. DefaultPreemption gates a
+// preemptor while its preemption runs and, once it has, lets only
+// deletions of assigned pods un-gate it, leaving whether to retry to the
+// plugins that rejected the pod; upstream's DynamicResources registers no
+// such event, so without this a preemptor gated that way would wait for
+// the unschedulable pods' flush (five minutes). The retry may come before
+// the victim's claims are released; PostFilter then keeps the pod waiting,
+// and the deallocation retries it.
 func (pl *DRAScope) isSchedulableAfterVictimGone(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
 	gone, ok := oldObj.(*v1.Pod)
 	if !ok {
@@ -393,7 +394,7 @@ func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v
 	if status.Code() != fwk.Unschedulable {
 		return result, status
 	}
-	if !mayPreempt(pod) || !preemptionMayLook(statuses, pl.snapshot) {
+	if !mayPreempt(pod) || !preemptionMayLook(statuses, pl.handle) {
 		return result, status
 	}
 	if node := pl.awaitingRelease(ctx, state, pod, statuses); node != "" {
@@ -457,7 +458,7 @@ func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, p
 			continue
 		}
 		checked++
-		nodeInfo, err := pl.snapshot.SnapshotSharedLister().NodeInfos().Get(name)
+		nodeInfo, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(name)
 		if err != nil || nodeInfo.Node() == nil {
 			continue
 		}
