@@ -72,8 +72,11 @@ type PoolStatusArgs struct {
 	// ResourcePool; changes in between are coalesced.
 	MinPublishInterval metav1.Duration
 	// MaxWritesPerSecond bounds the publisher's ResourcePool writes across
-	// all pools.
+	// all pools while no pool's change has waited half of MaxPublishDelay.
 	MaxWritesPerSecond int32
+	// MaxPublishDelay is the delay from an allocation change to its
+	// ResourcePool write that the publisher aims to stay under.
+	MaxPublishDelay metav1.Duration
 }
 
 // DeviceHealthPolicy says what the scheduler does with devices that kubelet

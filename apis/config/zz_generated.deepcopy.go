@@ -102,6 +102,7 @@ func (in *DeviceHealthArgs) DeepCopy() *DeviceHealthArgs {
 func (in *PoolStatusArgs) DeepCopyInto(out *PoolStatusArgs) {
 	*out = *in
 	out.MinPublishInterval = in.MinPublishInterval
+	out.MaxPublishDelay = in.MaxPublishDelay
 	return
 }
 

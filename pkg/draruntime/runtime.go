@@ -258,11 +258,13 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		publisher = poolpublisher.New(r.pools, client, poolpublisher.Options{
 			MinInterval:        args.PoolStatus.MinPublishInterval.Duration,
 			MaxWritesPerSecond: args.PoolStatus.MaxWritesPerSecond,
+			MaxDelay:           args.PoolStatus.MaxPublishDelay.Duration,
 			DeviceHealthPolicy: string(args.DeviceHealth.Policy),
 			Synced:             synced,
 			Observe:            poolmetrics.ObserveSync,
 			ObservePublished:   poolmetrics.ObservePublished,
 			ObserveWrite:       poolmetrics.ObserveWrite,
+			ObserveOverBudget:  poolmetrics.ObserveDueWrite,
 		})
 	}
 	// The leader confirms the conflicts its cache suspects and reports
@@ -311,6 +313,7 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		"publishResourcePools", args.PoolStatus.PublishResourcePools,
 		"minPublishInterval", args.PoolStatus.MinPublishInterval.Duration,
 		"maxWritesPerSecond", args.PoolStatus.MaxWritesPerSecond,
+		"maxPublishDelay", args.PoolStatus.MaxPublishDelay.Duration,
 		"deviceHealthPolicy", args.DeviceHealth.Policy,
 		"unhealthyHoldTime", args.DeviceHealth.UnhealthyHoldTime.Duration)
 	return nil

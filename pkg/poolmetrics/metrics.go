@@ -60,6 +60,13 @@ var (
 		Help:           "ResourcePool writes the publisher made, by verb (create, update of the status, delete).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"verb"})
+	// DueWrites: writes made past the budget to keep within the delay the
+	// publisher aims for.
+	DueWrites = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "drascope_resourcepool_due_writes_total",
+		Help:           "ResourcePool writes that went ahead of poolStatus.maxWritesPerSecond because the change they show had waited half of poolStatus.maxPublishDelay.",
+		StabilityLevel: metrics.ALPHA,
+	}, nil)
 	// RecomputeDuration: computing one pool's snapshot.
 	RecomputeDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
 		Name:           "drascope_resourcepool_recompute_duration_seconds",
@@ -133,7 +140,7 @@ func Export(source Source) (stop func()) {
 // The per-pool gauges have no series until a source is exported.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, Writes, RecomputeDuration, ConflictChecks)
+		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, Writes, DueWrites, RecomputeDuration, ConflictChecks)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
 }
@@ -147,6 +154,11 @@ func ObserveRecompute(_ drausage.PoolID, _ int, compute, delay time.Duration) {
 // ObserveWrite is a poolpublisher.Options.ObserveWrite function.
 func ObserveWrite(verb string) {
 	Writes.WithLabelValues(verb).Inc()
+}
+
+// ObserveDueWrite is a poolpublisher.Options.ObserveOverBudget function.
+func ObserveDueWrite() {
+	DueWrites.WithLabelValues().Inc()
 }
 
 // ObserveConflictCheck is a conflictcheck.Options.Observe function.

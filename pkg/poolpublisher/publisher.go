@@ -1,9 +1,11 @@
 // Package poolpublisher writes ResourcePool objects (drascope.dev/v1alpha1)
 // from the pool side cache: one per pool, only from the replica that leads
-// scheduling (the caller decides; see pkg/draruntime), only when the status changed, at most once per
-// minimum interval per pool, with backoff on errors. While publishing it
-// watches the objects it writes, so one deleted or edited by hand is put
-// back as soon as the minimum interval allows.
+// scheduling (the caller decides; see pkg/draruntime), only when the status
+// changed, at most once per minimum interval per pool, within a write budget
+// until a change has waited half of the delay the publisher aims for, with
+// backoff on errors. While publishing it watches the objects it writes, so
+// one deleted or edited by hand is put back as soon as the minimum interval
+// allows.
 package poolpublisher
 
 import (
@@ -47,8 +49,14 @@ type Source interface {
 type Options struct {
 	// MinInterval is the least time between two writes of one pool's object.
 	MinInterval time.Duration
-	// MaxWritesPerSecond, when positive, bounds the writes across all pools.
+	// MaxWritesPerSecond, when positive, bounds the writes across all pools
+	// whose changes are not yet due.
 	MaxWritesPerSecond int32
+	// MaxDelay, when positive, is the delay from a change to its write that
+	// the publisher aims to stay under: a pool whose oldest unwritten change
+	// has waited half of it is due, and its writes do not wait for the
+	// budget. The other half is for the writes themselves and the queue.
+	MaxDelay time.Duration
 	// DeviceHealthPolicy is the scheduler's deviceHealth.policy, which the
 	// source counted under; it is published in every status.
 	DeviceHealthPolicy string
@@ -63,6 +71,9 @@ type Options struct {
 	// ObserveWrite, when set, is told of every successful write to the API:
 	// verb is create, update (of the status) or delete.
 	ObserveWrite func(verb string)
+	// ObserveOverBudget, when set, is told of every write that went ahead of
+	// MaxWritesPerSecond because its pool was due.
+	ObserveOverBudget func()
 	// Clock, for tests.
 	Clock clock.WithTicker
 }
@@ -96,12 +107,21 @@ type term struct {
 	deleted sets.Set[types.UID]
 	// lastWrite per pool, for the minimum interval.
 	lastWrite map[drausage.PoolID]time.Time
-	// unpublishedSince: the oldest change of each pool not yet written.
+	// unpublishedSince: the oldest change of each pool that no sync has
+	// taken up yet. A sync takes it before it reads the snapshot, so a
+	// change during the sync's writes starts a clock of its own.
 	unpublishedSince map[drausage.PoolID]time.Time
 	// crdGone is set when a write found the CRD no longer served: the term
 	// ends, and Run goes back to waiting for it.
 	crdGone bool
+	// stop ends the term's workers.
+	stop context.CancelFunc
 }
+
+// workers is how many pools are synced at once. More than one, so that a
+// burst of due pools is not held to one apiserver round trip at a time;
+// few, so that the publisher never competes with binding for the client.
+const workers = 4
 
 // byPool indexes ResourcePools by the pool their spec names.
 const byPool = "pool"
@@ -127,7 +147,7 @@ func New(source Source, client versioned.Interface, opts Options) *Publisher {
 		clock:  c,
 	}
 	if opts.MaxWritesPerSecond > 0 {
-		p.writes = newThrottledWrites(p.writes, opts.MaxWritesPerSecond)
+		p.writes = newThrottledWrites(p.writes, opts.MaxWritesPerSecond, opts.ObserveOverBudget)
 	}
 	source.Subscribe(func(changed []drausage.PoolID) {
 		p.mu.Lock()
@@ -217,6 +237,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		deleted:          sets.New[types.UID](),
 		lastWrite:        map[drausage.PoolID]time.Time{},
 		unpublishedSince: map[drausage.PoolID]time.Time{},
+		stop:             cancel,
 	}
 	if _, err := informer.AddEventHandler(p.watchHandler(t)); err != nil {
 		logger.Error(err, "Watching ResourcePools; not publishing in this term")
@@ -236,7 +257,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		}
 		p.mu.Unlock()
 	}()
-	logger.Info("Publishing pool status as ResourcePool objects", "minInterval", p.opts.MinInterval)
+	logger.Info("Publishing pool status as ResourcePool objects", "minInterval", p.opts.MinInterval, "maxWritesPerSecond", p.opts.MaxWritesPerSecond, "maxDelay", p.opts.MaxDelay)
 
 	// Every pool, and every object: objects of pools that no longer exist
 	// are orphans. Only once the cache has seen every slice, or every pool
@@ -259,8 +280,16 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		<-ctx.Done()
 		queue.ShutDown()
 	}()
-	for p.processNext(ctx, t) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for p.processNext(ctx, t) {
+			}
+		})
 	}
+	wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return t.crdGone
 }
 
@@ -314,22 +343,65 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 		return true
 	}
 	start := p.clock.Now()
-	err := p.sync(ctx, t, id)
+	since, pending := p.takeUnpublished(t, id)
+	syncCtx := ctx
+	if pending && p.opts.MaxDelay > 0 {
+		syncCtx = withDue(ctx, since.Add(p.opts.MaxDelay/2))
+	}
+	done, err := p.sync(syncCtx, t, id)
 	if p.opts.Observe != nil {
 		p.opts.Observe(p.clock.Since(start), err)
 	}
+	switch {
+	case err != nil, done == later:
+		p.putBackUnpublished(t, id, since, pending)
+	case done == written && pending:
+		delay := p.clock.Since(since)
+		klog.FromContext(ctx).V(4).Info("Published pool status", "driver", id.Driver, "pool", id.Pool, "delay", delay)
+		if p.opts.ObservePublished != nil {
+			p.opts.ObservePublished(delay)
+		}
+	}
 	if v1alpha1.IsNotServed(err) {
 		// Every write would fail the same way until the CRD is back.
+		p.mu.Lock()
 		t.crdGone = true
+		p.mu.Unlock()
+		t.stop()
 		return false
 	}
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Publishing ResourcePool; will retry with backoff", "driver", id.Driver, "pool", id.Pool)
+		if ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Publishing ResourcePool; will retry with backoff", "driver", id.Driver, "pool", id.Pool)
+		}
 		t.queue.AddRateLimited(id)
 		return true
 	}
 	t.queue.Forget(id)
 	return true
+}
+
+// takeUnpublished hands a sync the time of the pool's oldest unwritten
+// change, if any; the pool's later changes start a clock of their own.
+func (p *Publisher) takeUnpublished(t *term, id drausage.PoolID) (since time.Time, pending bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	since, pending = t.unpublishedSince[id]
+	delete(t.unpublishedSince, id)
+	return since, pending
+}
+
+// putBackUnpublished returns what takeUnpublished handed out to a sync that
+// did not publish it.
+func (p *Publisher) putBackUnpublished(t *term, id drausage.PoolID, since time.Time, pending bool) {
+	if !pending {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if later, ok := t.unpublishedSince[id]; !ok || since.Before(later) {
+		t.unpublishedSince[id] = since
+	}
 }
 
 // untilAllowed says how long a pool must wait for its next write.
@@ -389,28 +461,42 @@ func (p *Publisher) current(t *term, id drausage.PoolID) (obj *v1alpha1.Resource
 	return found[0], found[1:]
 }
 
+// outcome is what a sync did for the changes it took up.
+type outcome int
+
+const (
+	// current: the object already showed them, or the pool is gone.
+	current outcome = iota
+	// written: a write made the object show them.
+	written
+	// later: they are still to be written.
+	later
+)
+
 // sync makes one pool's object match its snapshot: create, update the
 // status, or delete it when the pool is gone.
-func (p *Publisher) sync(ctx context.Context, t *term, id drausage.PoolID) error {
+func (p *Publisher) sync(ctx context.Context, t *term, id drausage.PoolID) (outcome, error) {
 	snap := p.source.Get(id)
 	existing, extra := p.current(t, id)
 	for _, dup := range extra {
 		if err := p.delete(ctx, t, id, dup, "a second ResourcePool for the same pool"); err != nil {
-			return err
+			return later, err
 		}
 	}
 
 	if snap == nil {
-		if existing == nil || !p.opts.Synced() {
-			return nil
-		}
-		if p.source.HasPool(id) {
+		switch {
+		case existing == nil:
+			return current, nil
+		case !p.opts.Synced():
+			return later, nil
+		case p.source.HasPool(id):
 			// Slices seen, snapshot not computed yet (as after a start):
 			// the pool is not gone. Look again once the cache has it.
 			t.queue.AddAfter(id, time.Second)
-			return nil
+			return later, nil
 		}
-		return p.delete(ctx, t, id, existing, "its pool is gone")
+		return current, p.delete(ctx, t, id, existing, "its pool is gone")
 	}
 	var previous *v1alpha1.ResourcePoolStatus
 	if existing != nil {
@@ -418,25 +504,21 @@ func (p *Publisher) sync(ctx context.Context, t *term, id drausage.PoolID) error
 	}
 	status := poolstatus.For(&snap.PoolUsage, p.opts.DeviceHealthPolicy, previous, p.clock.Now())
 	if existing == nil {
-		return p.create(ctx, t, id, snap, status)
+		return written, p.create(ctx, t, id, snap, status)
 	}
 	if existing.Spec.NodeName != snap.NodeName {
 		// The spec is immutable; a pool that moved node gets a new object.
 		if err := p.delete(ctx, t, id, existing, "its pool moved to another node"); err != nil {
-			return err
+			return later, err
 		}
-		return p.create(ctx, t, id, snap, status)
+		return written, p.create(ctx, t, id, snap, status)
 	}
 	if poolstatus.Equal(&existing.Status, status) {
-		// The object already shows this snapshot: nothing is unpublished.
-		p.mu.Lock()
-		delete(t.unpublishedSince, id)
-		p.mu.Unlock()
-		return nil
+		return current, nil
 	}
 	updated := existing.DeepCopy()
 	updated.Status = *status
-	return p.updateStatus(ctx, t, id, updated)
+	return written, p.updateStatus(ctx, t, id, updated)
 }
 
 // delete removes one object of a pool, if it is still the one the
@@ -455,9 +537,6 @@ func (p *Publisher) delete(ctx context.Context, t *term, id drausage.PoolID, obj
 	if w := t.written[id]; w != nil && w.UID == obj.UID {
 		delete(t.written, id)
 		delete(t.lastWrite, id)
-	}
-	if p.source.Get(id) == nil {
-		delete(t.unpublishedSince, id)
 	}
 	return nil
 }
@@ -503,21 +582,12 @@ func (p *Publisher) updateStatus(ctx context.Context, t *term, id drausage.PoolI
 		return fmt.Errorf("updating status of ResourcePool %s: %w", obj.Name, err)
 	}
 	p.wrote("update")
-	now := p.clock.Now()
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if !t.deleted.Has(updated.UID) {
 		t.written[id] = updated
 	}
-	t.lastWrite[id] = now
-	since, ok := t.unpublishedSince[id]
-	delete(t.unpublishedSince, id)
-	p.mu.Unlock()
-	if ok {
-		klog.FromContext(ctx).V(4).Info("Updated ResourcePool status", "resourcepool", updated.Name, "delay", now.Sub(since))
-		if p.opts.ObservePublished != nil {
-			p.opts.ObservePublished(now.Sub(since))
-		}
-	}
+	t.lastWrite[id] = p.clock.Now()
 	return nil
 }
 

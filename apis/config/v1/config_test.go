@@ -54,7 +54,7 @@ profiles:
 }
 
 var (
-	defaultPoolStatus   = config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5}
+	defaultPoolStatus   = config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}}
 	defaultDeviceHealth = config.DeviceHealthArgs{Policy: config.DeviceHealthTaint, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}}
 )
 
@@ -86,6 +86,7 @@ func TestLoadArgs(t *testing.T) {
         publishResourcePools: false
         minPublishInterval: 250ms
         maxWritesPerSecond: 20
+        maxPublishDelay: 4s
       deviceHealth:
         policy: Ignore
         unhealthyHoldTime: 90s
@@ -96,7 +97,7 @@ func TestLoadArgs(t *testing.T) {
 				FilterTimeout:  &metav1.Duration{Duration: 3 * time.Second},
 				BindingTimeout: &metav1.Duration{Duration: 2 * time.Minute},
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: false},
-				PoolStatus:     config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: 250 * time.Millisecond}, MaxWritesPerSecond: 20},
+				PoolStatus:     config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: 250 * time.Millisecond}, MaxWritesPerSecond: 20, MaxPublishDelay: metav1.Duration{Duration: 4 * time.Second}},
 				DeviceHealth:   config.DeviceHealthArgs{Policy: config.DeviceHealthIgnore, UnhealthyHoldTime: metav1.Duration{Duration: 90 * time.Second}},
 				Scoring:        config.ScoringArgs{Strategy: config.ScoringMostAllocated},
 			},

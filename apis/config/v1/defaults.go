@@ -17,6 +17,10 @@ const DefaultMinPublishInterval = time.Second
 // measurable scheduling throughput.
 const DefaultMaxWritesPerSecond = 5
 
+// DefaultMaxPublishDelay is the default of poolStatus.maxPublishDelay:
+// KEP-5677's SLO for ResourcePool status.
+const DefaultMaxPublishDelay = 10 * time.Second
+
 // DefaultUnhealthyHoldTime is the default of deviceHealth.unhealthyHoldTime.
 const DefaultUnhealthyHoldTime = 10 * time.Minute
 
@@ -43,6 +47,9 @@ func SetDefaults_DRAScopeArgs(obj *DRAScopeArgs) {
 	}
 	if obj.PoolStatus.MaxWritesPerSecond == nil {
 		obj.PoolStatus.MaxWritesPerSecond = ptr.To[int32](DefaultMaxWritesPerSecond)
+	}
+	if obj.PoolStatus.MaxPublishDelay == nil {
+		obj.PoolStatus.MaxPublishDelay = &metav1.Duration{Duration: DefaultMaxPublishDelay}
 	}
 	if obj.DeviceHealth.Policy == "" {
 		obj.DeviceHealth.Policy = DeviceHealthTaint

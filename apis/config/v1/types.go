@@ -90,12 +90,23 @@ type PoolStatusArgs struct {
 	// +optional
 	MinPublishInterval *metav1.Duration `json:"minPublishInterval,omitempty"`
 	// MaxWritesPerSecond bounds the publisher's ResourcePool writes
-	// (creates, status updates, deletes) across all pools, so that its load
-	// on the apiserver does not grow with the number of busy pools. Pools
-	// waiting for their turn are coalesced: each gets its latest snapshot.
-	// Default 5; must be at least 1.
+	// (creates, status updates, deletes) across all pools while they are
+	// fresh, so that a quiet cluster's pools are written at once and a busy
+	// one's are coalesced: each pool waiting for its turn gets its latest
+	// snapshot. A pool whose oldest unwritten change has waited half of
+	// maxPublishDelay does not wait for the budget. Default 5; must be at
+	// least 1.
 	// +optional
 	MaxWritesPerSecond *int32 `json:"maxWritesPerSecond,omitempty"`
+	// MaxPublishDelay is the delay from an allocation change to the
+	// ResourcePool write that shows it which the publisher aims to stay
+	// under (KEP-5677's SLO: 95% within 10s). Once a pool's change has
+	// waited half of it, the pool is written without waiting for
+	// maxWritesPerSecond, leaving the other half for the writes themselves;
+	// so under load the publisher writes each busy pool about once per half
+	// of it. Default 10s; must be at least twice minPublishInterval.
+	// +optional
+	MaxPublishDelay *metav1.Duration `json:"maxPublishDelay,omitempty"`
 }
 
 // DeviceHealthPolicy says what the scheduler does with devices that kubelet

@@ -44,6 +44,11 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 			fts:            allGates,
 			wantErrs:       []string{`pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: Invalid value: 0: must be at least 1`},
 		},
+		"maxPublishDelay below twice minPublishInterval": {
+			args:     config.DRAScopeArgs{PoolStatus: config.PoolStatusArgs{MinPublishInterval: metav1.Duration{Duration: 2 * time.Second}, MaxPublishDelay: metav1.Duration{Duration: 3 * time.Second}}},
+			fts:      allGates,
+			wantErrs: []string{`pluginConfig[DRAScope].args.poolStatus.maxPublishDelay: Invalid value: "3s": must be at least twice poolStatus.minPublishInterval (2s): a pool written at half of it must have been allowed to write`},
+		},
 		"valid": {
 			args: config.DRAScopeArgs{
 				FilterTimeout:  &metav1.Duration{Duration: 10 * time.Second},
@@ -106,6 +111,9 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 			if tc.args.PoolStatus.MaxWritesPerSecond == 0 && !tc.keepZeroWrites {
 				tc.args.PoolStatus.MaxWritesPerSecond = 5
 			}
+			if tc.args.PoolStatus.MaxPublishDelay.Duration == 0 {
+				tc.args.PoolStatus.MaxPublishDelay.Duration = 10 * time.Second
+			}
 			if tc.args.Scoring.Strategy == "" {
 				tc.args.Scoring.Strategy = config.ScoringNone
 			}
@@ -135,7 +143,7 @@ func TestValidateSchedulerWideArgs(t *testing.T) {
 	path := field.NewPath("profiles").Key("b").Child("pluginConfig").Key("DRAScope").Child("args")
 	first := config.DRAScopeArgs{
 		AdminAccess:  config.AdminAccessArgs{RequireNamespaceLabel: true},
-		PoolStatus:   config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5},
+		PoolStatus:   config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}},
 		DeviceHealth: config.DeviceHealthArgs{Policy: config.DeviceHealthAvoid, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}},
 		Scoring:      config.ScoringArgs{Strategy: config.ScoringNone},
 	}
