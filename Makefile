@@ -104,6 +104,8 @@ test-integration: build tools $(BIN)/promtool ## Integration tests on real etcd 
 # harness flags, e.g. -perf-pairs=5 to run each workload five times with each
 # scheduler. For instance, the noise study of docs/perf.md:
 #   make perf PERF_WORKLOADS=SchedulingWithResourceClaimTemplate_2000pods_200nodes PERF_FLAGS=-perf-pairs=5 PERF_OUT=_output/perf-pairs
+# Every run writes a CPU profile of its measured phase (-perf-cpuprofile):
+# the report's scheduler CPU per pod is read from it.
 PERF_OUT     ?= $(CURDIR)/_output/perf
 PERF_TMPDIR  ?= $(if $(wildcard /dev/shm/.),/dev/shm,$(or $(TMPDIR),/tmp))
 PERF_TIMEOUT ?= 6h
@@ -117,7 +119,7 @@ define run-perf
 	rm -rf $(PERF_OUT)/$(1) && mkdir -p $(PERF_OUT)/$(1)
 	@echo "scheduler_perf: $(1) workloads; log in $(PERF_OUT)/$(1)/output.log"
 	cd test/perf && PATH=$(BIN):$$PATH TMPDIR=$(PERF_TMPDIR) $(GO) test . -run '^$$' -bench 'BenchmarkPerfScheduling$(if $(PERF_WORKLOADS),/$(PERF_WORKLOADS))' -benchtime 1x -timeout $(PERF_TIMEOUT) \
-		-args -perf-scheduling-label-filter=$(2) -data-items-dir=$(PERF_OUT)/$(1) $(PERF_FLAGS) >$(PERF_OUT)/$(1)/output.log 2>&1 || \
+		-args -perf-scheduling-label-filter=$(2) -data-items-dir=$(PERF_OUT)/$(1) -perf-cpuprofile $(PERF_FLAGS) >$(PERF_OUT)/$(1)/output.log 2>&1 || \
 		{ grep -E -B2 -A8 -- '^\s*--- FAIL|ERROR|Error running' $(PERF_OUT)/$(1)/output.log | tail -n 120; echo "scheduler_perf failed; full log: $(PERF_OUT)/$(1)/output.log"; exit 1; }
 	$(GO) run ./test/perf/report $(PERF_OUT)/$(1) | tee $(PERF_OUT)/$(1)/table.md
 endef

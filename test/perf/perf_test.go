@@ -10,6 +10,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,12 +58,22 @@ var scoringVariants = []variant{
 	{name: results.DRAScopeLeastAllocated, schedulerConfig: "config/drascope.yaml", strategy: "LeastAllocated"},
 }
 
+// preQueueingHintsVariants run besides those in workloads labelled
+// "prequeueinghints": both schedulers with the alpha SchedulerPreQueueingHints
+// gate on, upstream's newest throughput work, as a second reference.
+var preQueueingHintsVariants = []variant{
+	{name: results.UpstreamPreQueueingHints, schedulerConfig: "config/upstream.yaml", featureGates: map[string]bool{"SchedulerPreQueueingHints": true}},
+	{name: results.DRAScopePreQueueingHints, schedulerConfig: "config/drascope.yaml", featureGates: map[string]bool{"SchedulerPreQueueingHints": true}},
+}
+
 type variant struct {
 	name            string
 	schedulerConfig string
 	// strategy, when set, is the scoring.strategy added to the DRAScope
 	// args of schedulerConfig.
 	strategy string
+	// featureGates are set on top of the test case's.
+	featureGates map[string]bool
 }
 
 // pairs is how often each workload runs per variant. One pair is what `make
@@ -136,14 +148,21 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 	start := time.Now()
 	perf.RunBenchmarkPerfScheduling(b, config, v.name, registry(), perf.WithPrepareFn(func(tCtx ktesting.TContext) error {
 		// scheduler_perf does not reset every metric between runs: count
-		// the victims from here.
-		victimsBefore, err := histogramSum("scheduler_preemption_victims")
-		if err != nil {
+		// from here.
+		var before metricsBefore
+		var err error
+		if before.victims, err = histogramSum("scheduler_preemption_victims"); err != nil {
+			return err
+		}
+		if before.publishDelay, err = histogramBuckets(publishDelayMetric); err != nil {
+			return err
+		}
+		if before.dueWrites, err = counterSum(dueWritesMetric); err != nil {
 			return err
 		}
 		// Runs before scheduler_perf's own cleanup, which resets the metrics
 		// and stops the apiserver.
-		tCtx.Cleanup(func() { checkRun(tCtx, v, &entry, victimsBefore) })
+		tCtx.Cleanup(func() { checkRun(tCtx, v, &entry, before) })
 		return nil
 	}), perf.WithNodeUpdateFn(fillClaims))
 	entry.Seconds = time.Since(start).Seconds()
@@ -152,7 +171,12 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 		b.Fatal(err)
 	}
 	for _, f := range after {
-		if !slices.Contains(before, f) {
+		if slices.Contains(before, f) {
+			continue
+		}
+		if strings.HasSuffix(f, cpuProfileSuffix) {
+			entry.CPUProfile = f
+		} else {
 			entry.ResultFile = f
 		}
 	}
@@ -168,7 +192,7 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 // fails it when the variant did not behave as itself: DRAScope must publish
 // ResourcePools and never hand out a device kubelet reported Unhealthy;
 // upstream publishes nothing.
-func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, victimsBefore float64) {
+func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, before metricsBefore) {
 	writes, err := counterSum("drascope_resourcepool_writes_total")
 	if err != nil {
 		tCtx.Errorf("reading ResourcePool writes: %v", err)
@@ -189,19 +213,20 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, vict
 	} else {
 		entry.BigPods, entry.BigPodsPlaced = counted.created, counted.placed
 	}
-	if err := countUrgentPods(tCtx, tCtx.Client(), entry, victimsBefore); err != nil {
+	if err := countUrgentPods(tCtx, tCtx.Client(), entry, before.victims); err != nil {
 		tCtx.Errorf("counting the urgent pods: %v", err)
 	}
-	if v.name == results.Upstream && entry.Victims > 0 {
+	upstream := v.name == results.Upstream || v.name == results.UpstreamPreQueueingHints
+	if upstream && entry.Victims > 0 {
 		tCtx.Errorf("the upstream run preempted %d pods: upstream cannot free devices by preemption, so DRAScope ran in it", entry.Victims)
 	}
-	if v.name != results.Upstream && entry.UrgentPodsPlaced < entry.UrgentPods {
+	if !upstream && entry.UrgentPodsPlaced < entry.UrgentPods {
 		tCtx.Errorf("DRAScope placed %d of %d urgent pods: preemption did not free a GPU for each", entry.UrgentPodsPlaced, entry.UrgentPods)
 	}
-	if v.name != results.Upstream && entry.Victims > entry.UrgentPods {
+	if !upstream && entry.Victims > entry.UrgentPods {
 		tCtx.Errorf("DRAScope preempted %d pods for %d urgent pods of one GPU each: some preempted twice", entry.Victims, entry.UrgentPods)
 	}
-	if v.name == results.Upstream {
+	if upstream {
 		if writes != 0 {
 			tCtx.Errorf("the upstream run made %v ResourcePool writes: DRAScope ran in it", writes)
 		}
@@ -210,11 +235,23 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, vict
 	// DRAScope, with any scoring strategy.
 	// A short run can end before the publisher's first write; what must
 	// hold is that the ResourcePools catch up with the claims.
+	catchUp := time.Now()
 	if err := waitForResourcePools(tCtx); err != nil {
 		tCtx.Errorf("ResourcePools do not match the allocated claims: %v", err)
 	}
+	entry.CatchUpSeconds = time.Since(catchUp).Seconds()
 	writes, _ = counterSum("drascope_resourcepool_writes_total")
 	entry.ResourcePoolWrites = int(writes)
+	dueWrites, err := counterSum(dueWritesMetric)
+	if err != nil {
+		tCtx.Errorf("reading due ResourcePool writes: %v", err)
+	}
+	entry.DueWrites = int(dueWrites - before.dueWrites)
+	buckets, err := histogramBuckets(publishDelayMetric)
+	if err != nil {
+		tCtx.Errorf("reading the ResourcePool publish delay: %v", err)
+	}
+	entry.PublishDelays, entry.PublishDelayP95 = quantileBound(buckets.since(before.publishDelay), 0.95)
 	if unhealthy > 0 {
 		tCtx.Errorf("DRAScope allocated %d devices that kubelet reported Unhealthy", unhealthy)
 	}
@@ -268,6 +305,87 @@ func countUrgentPods(ctx context.Context, client kubernetes.Interface, entry *re
 	victims, err := histogramSum("scheduler_preemption_victims")
 	entry.Victims = int(victims - victimsBefore)
 	return err
+}
+
+// metricsBefore are the process-wide metrics a run counts from.
+type metricsBefore struct {
+	victims      float64
+	publishDelay buckets
+	dueWrites    float64
+}
+
+const (
+	publishDelayMetric = "drascope_resourcepool_publish_delay_seconds"
+	dueWritesMetric    = "drascope_resourcepool_due_writes_total"
+	// cpuProfileSuffix ends the names of the CPU profiles scheduler_perf
+	// writes with -perf-cpuprofile.
+	cpuProfileSuffix = "-cpu.prof"
+)
+
+// buckets are a histogram's cumulative counts by upper bound, over all its
+// series, and its sample count.
+type buckets struct {
+	bounds []float64
+	counts []uint64
+	count  uint64
+}
+
+// since is what was added to the histogram after earlier.
+func (b buckets) since(earlier buckets) buckets {
+	out := buckets{bounds: b.bounds, counts: slices.Clone(b.counts), count: b.count - earlier.count}
+	if slices.Equal(b.bounds, earlier.bounds) {
+		for i := range out.counts {
+			out.counts[i] -= earlier.counts[i]
+		}
+	}
+	return out
+}
+
+// histogramBuckets reads a histogram of the legacy registry.
+func histogramBuckets(name string) (buckets, error) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return buckets{}, err
+	}
+	var b buckets
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			if b.bounds == nil {
+				for _, bucket := range h.GetBucket() {
+					b.bounds = append(b.bounds, bucket.GetUpperBound())
+				}
+				b.counts = make([]uint64, len(b.bounds))
+			}
+			for i, bucket := range h.GetBucket() {
+				if i < len(b.counts) {
+					b.counts[i] += bucket.GetCumulativeCount()
+				}
+			}
+			b.count += h.GetSampleCount()
+		}
+	}
+	return b, nil
+}
+
+// quantileBound returns the sample count and the upper bound of the bucket
+// that holds quantile q: the q-quantile is at most that (+Inf beyond the
+// last bucket, 0 without samples). A bound, not an interpolation, so that
+// KEP-5677's 10 s is read off its bucket.
+func quantileBound(b buckets, q float64) (int, float64) {
+	if b.count == 0 {
+		return 0, 0
+	}
+	want := q * float64(b.count)
+	for i, c := range b.counts {
+		if float64(c) >= want {
+			return int(b.count), b.bounds[i]
+		}
+	}
+	return int(b.count), math.Inf(1)
 }
 
 // histogramSum is the sum of the samples of a histogram in the legacy
@@ -468,16 +586,23 @@ type unit struct {
 	workload string
 	// scoring: the test case compares scoring strategies too.
 	scoring bool
+	// preQueueingHints: the workload runs with SchedulerPreQueueingHints
+	// on too.
+	preQueueingHints bool
 	// raw is the test case with only this workload.
 	raw map[string]any
 }
 
 // variants are the schedulers the unit runs with.
 func (u unit) variants() []variant {
+	all := slices.Clone(variants)
 	if u.scoring {
-		return append(slices.Clone(variants), scoringVariants...)
+		all = append(all, scoringVariants...)
 	}
-	return slices.Clone(variants)
+	if u.preQueueingHints {
+		all = append(all, preQueueingHintsVariants...)
+	}
+	return all
 }
 
 // configFor writes a scheduler_perf config holding only the unit, run with
@@ -488,6 +613,16 @@ func (u unit) configFor(dir string, v variant) (string, error) {
 		tc[k] = val
 	}
 	tc["schedulerConfigPath"] = v.schedulerConfig
+	if len(v.featureGates) > 0 {
+		gates := map[string]any{}
+		if existing, ok := tc["featureGates"].(map[string]any); ok {
+			maps.Copy(gates, existing)
+		}
+		for gate, on := range v.featureGates {
+			gates[gate] = on
+		}
+		tc["featureGates"] = gates
+	}
 	if v.strategy != "" {
 		schedulerConfig, err := os.ReadFile(v.schedulerConfig)
 		if err != nil {
@@ -542,7 +677,10 @@ func selectWorkloads(path string, filter []string) ([]unit, error) {
 				raw[k] = val
 			}
 			raw["workloads"] = []any{w}
-			units = append(units, unit{testCase: name, workload: wname, raw: raw, scoring: slices.Contains(stringList(tc["labels"]), "scoring")})
+			units = append(units, unit{testCase: name, workload: wname, raw: raw,
+				scoring:          slices.Contains(stringList(tc["labels"]), "scoring"),
+				preQueueingHints: slices.Contains(stringList(wm["labels"]), "prequeueinghints"),
+			})
 		}
 	}
 	return units, nil
@@ -575,7 +713,8 @@ func stringList(v any) []string {
 	return out
 }
 
-// resultFiles lists scheduler_perf's JSON result files in dir.
+// resultFiles lists scheduler_perf's JSON result files and CPU profiles in
+// dir.
 func resultFiles(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -584,6 +723,11 @@ func resultFiles(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	profiles, err := filepath.Glob(filepath.Join(dir, "*"+cpuProfileSuffix))
+	if err != nil {
+		return nil, err
+	}
+	matches = append(matches, profiles...)
 	for i, m := range matches {
 		matches[i] = filepath.Base(m)
 	}

@@ -16,14 +16,22 @@ import (
 	"strings"
 )
 
-// The two variants compared, as scheduler_perf topics, and those that
-// test cases labelled "scoring" run besides.
+// The two variants compared, as scheduler_perf topics, those that test
+// cases labelled "scoring" run besides, and the pair that workloads labelled
+// "prequeueinghints" run besides (both schedulers with the alpha
+// SchedulerPreQueueingHints gate on).
 const (
-	Upstream               = "upstream"
-	DRAScope               = "drascope"
-	DRAScopeMostAllocated  = "drascope-mostallocated"
-	DRAScopeLeastAllocated = "drascope-leastallocated"
+	Upstream                 = "upstream"
+	DRAScope                 = "drascope"
+	DRAScopeMostAllocated    = "drascope-mostallocated"
+	DRAScopeLeastAllocated   = "drascope-leastallocated"
+	UpstreamPreQueueingHints = "upstream-prequeueinghints"
+	DRAScopePreQueueingHints = "drascope-prequeueinghints"
 )
+
+// PreQueueingHintsRow ends the name of the rows that compare the
+// SchedulerPreQueueingHints pair.
+const PreQueueingHintsRow = " (SchedulerPreQueueingHints)"
 
 // IndexFile is the harness's record of runs, one JSON object per line.
 const IndexFile = "drascope-perf-index.jsonl"
@@ -43,8 +51,23 @@ type IndexEntry struct {
 	ResultFile string `json:"resultFile"`
 	// Seconds is the run's wall time, set-up included.
 	Seconds float64 `json:"seconds"`
-	// ResourcePoolWrites counts the publisher's writes during the whole run.
+	// CPUProfile is scheduler_perf's CPU profile of the measured phase
+	// (-perf-cpuprofile), in the same directory.
+	CPUProfile string `json:"cpuProfile,omitempty"`
+	// ResourcePoolWrites counts the publisher's writes during the whole
+	// run; DueWrites those that went ahead of the write budget because their
+	// change was due.
 	ResourcePoolWrites int `json:"resourcePoolWrites"`
+	DueWrites          int `json:"dueWrites,omitempty"`
+	// PublishDelays counts the publisher's status writes during the whole
+	// run, and PublishDelayP95 bounds the 95th percentile of their delay
+	// (seconds, change seen to status written): the upper bound of the
+	// histogram bucket that holds it.
+	PublishDelays   int     `json:"publishDelays,omitempty"`
+	PublishDelayP95 float64 `json:"publishDelayP95,omitempty"`
+	// CatchUpSeconds is how long the ResourcePools took to agree with the
+	// claims after the measured phase.
+	CatchUpSeconds float64 `json:"catchUpSeconds,omitempty"`
 	// UnhealthyAllocated counts devices reported Unhealthy that the
 	// scheduler allocated.
 	UnhealthyAllocated int `json:"unhealthyAllocated"`
@@ -102,6 +125,8 @@ type Run struct {
 	// SchedulingAlgorithm is the scheduling cycle's algorithm (PreFilter,
 	// Filter, Score), every attempt; ms.
 	SchedulingAlgorithm Quantiles
+	// CPU is read from the CPU profile; zero without one.
+	CPU CPU
 }
 
 // Quantiles are a histogram's or sample's summary.
@@ -132,6 +157,13 @@ func Load(dir string) ([]Run, error) {
 				return nil, err
 			}
 		}
+		if e.CPUProfile != "" {
+			cpu, err := ReadCPUProfile(filepath.Join(dir, e.CPUProfile))
+			if err != nil {
+				return nil, err
+			}
+			run.CPU = cpu
+		}
 		runs = append(runs, run)
 	}
 	return runs, scanner.Err()
@@ -146,9 +178,9 @@ func (r *Run) readResult(path string) error {
 	if err := json.Unmarshal(data, &items); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	plugin := "DynamicResources"
-	if r.Variant != Upstream {
-		plugin = "DRAScope"
+	plugin := "DRAScope"
+	if r.Variant == Upstream || r.Variant == UpstreamPreQueueingHints {
+		plugin = "DynamicResources"
 	}
 	for _, item := range items.DataItems {
 		l := item.Labels
@@ -212,6 +244,9 @@ func Compare(runs []Run) ([]Row, error) {
 	for i := range runs {
 		r := &runs[i]
 		key := r.TestCase + "/" + r.Workload
+		if r.Variant == UpstreamPreQueueingHints || r.Variant == DRAScopePreQueueingHints {
+			key += PreQueueingHintsRow
+		}
 		w, ok := workloads[key]
 		if !ok {
 			w = &workload{order: len(workloads), pairs: map[int]*pair{}}
@@ -222,9 +257,9 @@ func Compare(runs []Run) ([]Row, error) {
 			w.pairs[n] = &pair{}
 		}
 		switch r.Variant {
-		case Upstream:
+		case Upstream, UpstreamPreQueueingHints:
 			w.pairs[n].upstream = r
-		case DRAScope:
+		case DRAScope, DRAScopePreQueueingHints:
 			w.pairs[n].drascope = r
 		}
 	}
@@ -286,20 +321,37 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Workload,
 			throughput(r.Upstream.Throughput), throughput(r.DRAScope.Throughput), ratio, first)
 	}
-	b.WriteString("\n| Workload | Scheduling algorithm p50/p99 ms (upstream; DRAScope) | Scheduling attempt p50/p99 ms, scheduled (upstream; DRAScope) | DRA plugin PreFilter p50/p99 ms (upstream; DRAScope) | Filter p50/p99 ms (upstream; DRAScope) | Snapshot delay p50/p99 ms | ResourcePool writes | Peak heap MB (upstream; DRAScope) | Unhealthy devices allocated (upstream; DRAScope) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n| Workload | Scheduling algorithm p50/p99 ms (upstream; DRAScope) | Scheduling attempt p50/p99 ms, scheduled (upstream; DRAScope) | DRA plugin PreFilter p50/p99 ms (upstream; DRAScope) | Filter p50/p99 ms (upstream; DRAScope) | Peak heap MB (upstream; DRAScope) | Unhealthy devices allocated (upstream; DRAScope) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s; %s | %s; %s | %s; %s | %s; %s | %s | %d | %s; %s | %d; %d |\n", r.Workload,
+		fmt.Fprintf(&b, "| %s | %s; %s | %s; %s | %s; %s | %s; %s | %s; %s | %d; %d |\n", r.Workload,
 			p50p99(r.Upstream.SchedulingAlgorithm), p50p99(r.DRAScope.SchedulingAlgorithm),
 			p50p99(r.Upstream.SchedulingAttempt), p50p99(r.DRAScope.SchedulingAttempt),
 			p50p99(r.Upstream.PreFilterMs), p50p99(r.DRAScope.PreFilterMs),
 			p50p99(r.Upstream.FilterMs), p50p99(r.DRAScope.FilterMs),
-			p50p99(r.DRAScope.SnapshotDelayMs), r.DRAScope.ResourcePoolWrites,
 			num(r.Upstream.PeakHeapMB, 0), num(r.DRAScope.PeakHeapMB, 0),
 			r.Upstream.UnhealthyAllocated, r.DRAScope.UnhealthyAllocated)
 	}
+	b.WriteString("\n| Workload | Scheduler CPU ms per pod (upstream; DRAScope) | Process CPU ms per pod (upstream; DRAScope) | Snapshot delay p50/p99 ms | ResourcePool writes (due) | Publish delay p95 (writes) | Catch-up s |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		d := r.DRAScope
+		fmt.Fprintf(&b, "| %s | %s; %s | %s; %s | %s | %d (%d) | %s | %s |\n", r.Workload,
+			num(r.Upstream.SchedulerCPUPerPod(), 2), num(d.SchedulerCPUPerPod(), 2),
+			num(r.Upstream.ProcessCPUPerPod(), 2), num(d.ProcessCPUPerPod(), 2),
+			p50p99(d.SnapshotDelayMs), d.ResourcePoolWrites, d.DueWrites,
+			publishDelay(d), num(d.CatchUpSeconds, 1))
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// publishDelay prints the bound of the publish delay's p95.
+func publishDelay(r Run) string {
+	if r.PublishDelays == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("≤ %s s (%d)", num(r.PublishDelayP95, 3), r.PublishDelays)
 }
 
 func throughput(q Quantiles) string {
@@ -320,7 +372,7 @@ func num(v float64, decimals int) string {
 // runsWhere returns the runs keep selects, by workload, pair, and variant
 // (upstream first).
 func runsWhere(runs []Run, keep func(Run) bool) []Run {
-	order := map[string]int{Upstream: 0, DRAScope: 1, DRAScopeMostAllocated: 2, DRAScopeLeastAllocated: 3}
+	order := map[string]int{Upstream: 0, DRAScope: 1, DRAScopeMostAllocated: 2, DRAScopeLeastAllocated: 3, UpstreamPreQueueingHints: 4, DRAScopePreQueueingHints: 5}
 	var selected []Run
 	for _, r := range runs {
 		if keep(r) {

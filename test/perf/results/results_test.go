@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
 )
 
 // A result file as scheduler_perf writes it, trimmed to what the report reads.
@@ -80,7 +83,8 @@ func TestLoadAndCompare(t *testing.T) {
 	tableHas(t, rows,
 		"| T/a | 40.0 (41/45) | 39.0 (41/45) | 0.975 | upstream |",
 		"| T/b | 40.0 (41/45) | 50.0 (41/45) | 1.250 | drascope |",
-		"| T/a | 1.250/8.000; 1.250/8.000 | 2.500/12.000; 2.500/12.000 | 1.500/4.000; 1.500/4.000 | –/–; –/– | 0.200/0.900 | 7 | 180; 180 | 0; 0 |",
+		"| T/a | 1.250/8.000; 1.250/8.000 | 2.500/12.000; 2.500/12.000 | 1.500/4.000; 1.500/4.000 | –/–; –/– | 180; 180 | 0; 0 |",
+		"| T/a | –; – | –; – | 0.200/0.900 | 7 (0) | – | 0.0 |",
 	)
 }
 
@@ -135,8 +139,85 @@ func TestComparePairs(t *testing.T) {
 
 	tableHas(t, rows,
 		"| T/a | 40.0 (41/45) | 40.0 (41/45) | 1.000 (3 pairs: 0.800–1.200) | upstream |",
-		"| T/a | 1.250/8.000; 1.250/8.000 | 2.500/12.000; 2.500/12.000 | 1.500/4.000; 1.500/4.000 | –/–; –/– | 0.200/0.900 | 3 |",
+		"| T/a | 1.250/8.000; 1.250/8.000 | 2.500/12.000; 2.500/12.000 | 1.500/4.000; 1.500/4.000 | –/–; –/– | 180; 180 |",
+		"| T/a | –; – | –; – | 0.200/0.900 | 3 (0) |",
 	)
+}
+
+// The SchedulerPreQueueingHints pair is a row of its own, beside the plain
+// pair of the same workload, and its upstream run reads the
+// DynamicResources series. The freshness figures and the CPU per pod come
+// from the DRAScope run's index entry and the runs' CPU profiles.
+func TestPreQueueingHintsRowsAndCost(t *testing.T) {
+	dir := t.TempDir()
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "a", Variant: Upstream, Position: 1, ResultFile: "a-up.json", CPUProfile: "a-up-cpu.prof"}, "40", "DynamicResources")
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "a", Variant: DRAScope, Position: 2, ResultFile: "a-ds.json",
+		ResourcePoolWrites: 90, DueWrites: 60, PublishDelays: 80, PublishDelayP95: 4.096, CatchUpSeconds: 2}, "50", "DRAScope")
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "a", Variant: DRAScopePreQueueingHints, Position: 3, ResultFile: "a-dsq.json"}, "80", "DRAScope")
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "a", Variant: UpstreamPreQueueingHints, Position: 4, ResultFile: "a-upq.json"}, "100", "DynamicResources")
+	// 10 s of profile at 40 pods/s: 400 pods. 2 s in scheduler code, 1 s
+	// elsewhere.
+	writeCPUProfile(t, filepath.Join(dir, "a-up-cpu.prof"), 10*time.Second, map[string]time.Duration{
+		"k8s.io/kubernetes/pkg/scheduler.(*Scheduler).ScheduleOne":          1500 * time.Millisecond,
+		"github.com/drascope/drascope/pkg/poolcache.(*Cache).recompute":     500 * time.Millisecond,
+		"k8s.io/apiserver/pkg/endpoints/handlers.UpdateResource.func1":      time.Second,
+		"github.com/drascope/drascope/test/perf.fillClaims (not scheduler)": 0,
+	})
+
+	runs, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runs[3].PreFilterMs.P50; got != 1.5 {
+		t.Errorf("the gated upstream run's PreFilter p50 = %v, want 1.5 from the DynamicResources series", got)
+	}
+	if got, want := runs[0].CPU, (CPU{Seconds: 10, Process: 3, Scheduler: 2}); got != want {
+		t.Errorf("CPU = %+v, want %+v", got, want)
+	}
+	rows, err := Compare(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Workload != "T/a" || rows[1].Workload != "T/a"+PreQueueingHintsRow {
+		t.Fatalf("rows = %+v, want T/a and T/a with the gate", rows)
+	}
+	if rows[1].Ratio != 0.8 {
+		t.Errorf("gated ratio = %v, want 80/100", rows[1].Ratio)
+	}
+	tableHas(t, rows,
+		"| T/a (SchedulerPreQueueingHints) | 100.0 (41/45) | 80.0 (41/45) | 0.800 | drascope |",
+		"| T/a | 5.00; – | 7.50; – | 0.200/0.900 | 90 (60) | ≤ 4.096 s (80) | 2.0 |",
+	)
+}
+
+// writeCPUProfile writes a CPU profile of the given duration with one
+// sample per function, of the given CPU time.
+func writeCPUProfile(t *testing.T, path string, d time.Duration, samples map[string]time.Duration) {
+	t.Helper()
+	p := &profile.Profile{
+		SampleType:    []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		DurationNanos: int64(d),
+		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		Period:        int64(10 * time.Millisecond),
+	}
+	for name, cpu := range samples {
+		id := uint64(len(p.Function) + 1)
+		fn := &profile.Function{ID: id, Name: name}
+		caller := &profile.Function{ID: id + 1000, Name: "runtime.goexit"}
+		loc := &profile.Location{ID: id, Line: []profile.Line{{Function: fn}}}
+		root := &profile.Location{ID: id + 1000, Line: []profile.Line{{Function: caller}}}
+		p.Function = append(p.Function, fn, caller)
+		p.Location = append(p.Location, loc, root)
+		p.Sample = append(p.Sample, &profile.Sample{Location: []*profile.Location{loc, root}, Value: []int64{int64(cpu / (10 * time.Millisecond)), int64(cpu)}})
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := p.Write(f); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // tableHas fails t unless WriteMarkdown's output for rows holds every line.
