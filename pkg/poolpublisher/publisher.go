@@ -118,10 +118,13 @@ type term struct {
 	stop context.CancelFunc
 }
 
-// workers is how many pools are synced at once. More than one, so that a
-// burst of due pools is not held to one apiserver round trip at a time;
-// few, so that the publisher never competes with binding for the client.
-const workers = 4
+// workers is how many pools are synced at once. The deadline, not the
+// workers, sets how many writes there are; the workers set how soon a burst
+// of due pools (a start, every pool busy at once) gets through when each
+// write is a round trip to a loaded apiserver. With 4, 500 busy pools on a
+// saturated 2-core test cluster waited up to 16 s (docs/perf.md). The
+// client's QPS (the scheduler's --kube-api-qps) still bounds them.
+const workers = 16
 
 // byPool indexes ResourcePools by the pool their spec names.
 const byPool = "pool"
@@ -271,7 +274,15 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 				queue.Add(poolOf(rp))
 			}
 		}
+		// A pool that changed before the term began has waited since
+		// then: it is due as any other, or a new leader (or a first start
+		// with many pools) would publish them at the budget's pace.
 		for _, snap := range p.source.List() {
+			p.mu.Lock()
+			if _, ok := t.unpublishedSince[snap.PoolID]; !ok {
+				t.unpublishedSince[snap.PoolID] = snap.ChangedAt
+			}
+			p.mu.Unlock()
 			queue.Add(snap.PoolID)
 		}
 	}()

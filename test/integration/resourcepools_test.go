@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -432,6 +433,86 @@ func TestPublisherServesASecondTerm(t *testing.T) {
 		cache.SetSlice(slice(3))
 		cache.Sync()
 		term(3)
+	})
+}
+
+// A publisher whose write budget is far below the load still publishes
+// every pool: once a pool's change has waited half of the delay it aims
+// for, its writes stop waiting for the budget. 12 new pools take 24 writes,
+// 24 seconds at a budget of one a second; with a delay of 2s the pools are
+// due after 1s, and all but the writes the budget allows go past it. A pool
+// that changes later, with the budget's token back, is written within it.
+// Like TestPublisherServesASecondTerm, it runs with the scheduler stopped.
+func TestPublisherWritesDuePoolsPastTheBudget(t *testing.T) {
+	s := newScenario(t, nil)
+	const testDriver = "due.example.com"
+	const pools = 12
+	cache := poolcache.New(poolcache.Options{})
+	slice := func(i, devices int) *resourceapi.ResourceSlice {
+		pool := fmt.Sprintf("%s-%d", s.namespace, i)
+		sl := &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: pool},
+			Spec:       resourceapi.ResourceSliceSpec{Driver: testDriver, Pool: resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 1}, AllNodes: ptr.To(true)},
+		}
+		for _, d := range gpuNames(0, devices) {
+			sl.Spec.Devices = append(sl.Spec.Devices, resourceapi.Device{Name: d})
+		}
+		return sl
+	}
+	name := func(i int) string {
+		n, _ := v1alpha1.PlainName(testDriver, fmt.Sprintf("%s-%d", s.namespace, i))
+		return n
+	}
+	client, err := versioned.NewForConfig(env.cp.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var due, published atomic.Int32
+	publisher := poolpublisher.New(cache, client, poolpublisher.Options{
+		MinInterval:        100 * time.Millisecond,
+		MaxWritesPerSecond: 1,
+		MaxDelay:           2 * time.Second,
+		ObserveOverBudget:  func() { due.Add(1) },
+		ObservePublished:   func(time.Duration) { published.Add(1) },
+	})
+	t.Cleanup(func() {
+		for i := range pools {
+			_ = resourcePools(t).Delete(context.Background(), name(i), metav1.DeleteOptions{})
+		}
+	})
+
+	restartScheduler(t, func() {
+		ctx, cancel := context.WithCancel(s.ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); publisher.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+
+		for i := range pools {
+			cache.SetSlice(slice(i, 2))
+		}
+		cache.Sync()
+		for i := range pools {
+			s.waitForResourcePool(name(i), "2 devices", summaryIs(2, 0, 2, 0))
+		}
+		// Within the budget, the 24 writes would take 23 s; the pools were
+		// due after 1 s.
+		if got := due.Load(); got < pools {
+			t.Errorf("%d of %d writes went past the budget; want at least half: the pools were due long before the budget had tokens for them", got, 2*pools)
+		}
+		if got := published.Load(); got != pools {
+			t.Errorf("%d status writes observed as published, want one per pool, %d", got, pools)
+		}
+
+		// Quiet again: the budget's token is back after a second, and one
+		// change is written within it, not past it.
+		time.Sleep(1500 * time.Millisecond)
+		before := due.Load()
+		cache.SetSlice(slice(0, 3))
+		cache.Sync()
+		s.waitForResourcePool(name(0), "3 devices", summaryIs(3, 0, 3, 0))
+		if got := due.Load(); got != before {
+			t.Errorf("a single change on a quiet publisher made %d writes past the budget, want none", got-before)
+		}
 	})
 }
 
