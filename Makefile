@@ -130,8 +130,10 @@ perf: $(BIN)/etcd ## scheduler_perf performance workloads, upstream vs DRAScope 
 perf-smoke: $(BIN)/etcd ## scheduler_perf short workloads, upstream vs DRAScope (checks the harness, not speed).
 	$(call run-perf,smoke,short)
 
+# PERF_SCALE_LABELS=scale5000 runs the 5000-node full cluster instead.
+PERF_SCALE_LABELS ?= scale
 perf-scale: $(BIN)/etcd ## scheduler_perf nearly full and full clusters at 500 and 2000 nodes, upstream vs DRAScope (docs/perf.md: "At scale").
-	$(call run-perf,scale,scale)
+	$(call run-perf,scale,$(PERF_SCALE_LABELS))
 
 generate: ## Regenerate deepcopy, conversion and defaulting code, the ResourcePool clientset, listers and informers, and manifests/monitoring's generated files.
 	hack/update-codegen.sh

@@ -171,14 +171,12 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 		b.Fatal(err)
 	}
 	for _, f := range after {
-		if slices.Contains(before, f) {
-			continue
-		}
-		if strings.HasSuffix(f, cpuProfileSuffix) {
-			entry.CPUProfile = f
-		} else {
+		if !slices.Contains(before, f) {
 			entry.ResultFile = f
 		}
+	}
+	if entry.CPUProfile, err = keepCPUProfile(dir, u, v, pair); err != nil {
+		b.Fatal(err)
 	}
 	if entry.ResultFile == "" && !b.Failed() {
 		b.Errorf("scheduler_perf wrote no result file into %s", dir)
@@ -713,8 +711,34 @@ func stringList(v any) []string {
 	return out
 }
 
-// resultFiles lists scheduler_perf's JSON result files and CPU profiles in
-// dir.
+// keepCPUProfile gives the CPU profile scheduler_perf wrote for the run, if
+// any, a name of its own, and returns it. scheduler_perf names a profile by
+// test case, workload, topic (the variant) and an ID fixed per process, so
+// the next pair's run would overwrite it.
+func keepCPUProfile(dir string, u unit, v variant, pair int) (string, error) {
+	prefix := strings.ReplaceAll(u.testCase+"_"+u.workload+"_"+v.name+"_", "/", "_")
+	written, err := filepath.Glob(filepath.Join(dir, prefix+"*"+cpuProfileSuffix))
+	if err != nil {
+		return "", err
+	}
+	pairSuffix := fmt.Sprintf("_pair%d%s", pair, cpuProfileSuffix)
+	kept := ""
+	for _, f := range written {
+		if strings.Contains(filepath.Base(f), "_pair") {
+			continue // an earlier pair's
+		}
+		kept = strings.TrimSuffix(f, cpuProfileSuffix) + pairSuffix
+		if err := os.Rename(f, kept); err != nil {
+			return "", err
+		}
+	}
+	if kept == "" {
+		return "", nil
+	}
+	return filepath.Base(kept), nil
+}
+
+// resultFiles lists scheduler_perf's JSON result files in dir.
 func resultFiles(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -723,11 +747,6 @@ func resultFiles(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	profiles, err := filepath.Glob(filepath.Join(dir, "*"+cpuProfileSuffix))
-	if err != nil {
-		return nil, err
-	}
-	matches = append(matches, profiles...)
 	for i, m := range matches {
 		matches[i] = filepath.Base(m)
 	}
