@@ -84,6 +84,8 @@ type Publisher struct {
 	client versioned.Interface
 	// writes are the client's ResourcePool writes, within the budget.
 	writes typedv1alpha1.ResourcePoolInterface
+	// budget is writes' throttle; nil without MaxWritesPerSecond.
+	budget *throttledWrites
 	opts   Options
 	clock  clock.WithTicker
 
@@ -114,6 +116,8 @@ type term struct {
 	// crdGone is set when a write found the CRD no longer served: the term
 	// ends, and Run goes back to waiting for it.
 	crdGone bool
+	// tokenAt: when the budget's token that a pool holds comes.
+	tokenAt map[drausage.PoolID]time.Time
 	// stop ends the term's workers.
 	stop context.CancelFunc
 }
@@ -121,10 +125,9 @@ type term struct {
 // workers is how many pools are synced at once. The deadline, not the
 // workers, sets how many writes there are; the workers set how soon a burst
 // of due pools (a start, every pool busy at once) gets through when each
-// write is a round trip to a loaded apiserver. With 4, 500 busy pools on a
-// saturated 2-core test cluster waited up to 16 s (docs/perf.md). The
-// client's QPS (the scheduler's --kube-api-qps) still bounds them.
-const workers = 16
+// write is a round trip to a loaded apiserver. The client's QPS (the
+// scheduler's --kube-api-qps) still bounds them.
+const workers = 8
 
 // byPool indexes ResourcePools by the pool their spec names.
 const byPool = "pool"
@@ -150,7 +153,8 @@ func New(source Source, client versioned.Interface, opts Options) *Publisher {
 		clock:  c,
 	}
 	if opts.MaxWritesPerSecond > 0 {
-		p.writes = newThrottledWrites(p.writes, opts.MaxWritesPerSecond, opts.ObserveOverBudget)
+		p.budget = newThrottledWrites(p.writes, opts.MaxWritesPerSecond, opts.ObserveOverBudget)
+		p.writes = p.budget
 	}
 	source.Subscribe(func(changed []drausage.PoolID) {
 		p.mu.Lock()
@@ -240,6 +244,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		deleted:          sets.New[types.UID](),
 		lastWrite:        map[drausage.PoolID]time.Time{},
 		unpublishedSince: map[drausage.PoolID]time.Time{},
+		tokenAt:          map[drausage.PoolID]time.Time{},
 		stop:             cancel,
 	}
 	if _, err := informer.AddEventHandler(p.watchHandler(t)); err != nil {
@@ -356,8 +361,15 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	start := p.clock.Now()
 	since, pending := p.takeUnpublished(t, id)
 	syncCtx := ctx
-	if pending && p.opts.MaxDelay > 0 {
-		syncCtx = withDue(ctx, since.Add(p.opts.MaxDelay/2))
+	if pending && p.budget != nil && p.opts.MaxDelay > 0 {
+		tn, wait := p.turnFor(t, id, since)
+		if wait > 0 {
+			// The pool waits in the queue, not in a worker.
+			p.putBackUnpublished(t, id, since, pending)
+			t.queue.AddAfter(id, wait)
+			return true
+		}
+		syncCtx = withTurn(ctx, tn)
 	}
 	done, err := p.sync(syncCtx, t, id)
 	if p.opts.Observe != nil {
@@ -390,6 +402,28 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	}
 	t.queue.Forget(id)
 	return true
+}
+
+// turnFor is a pool's turn to write a change unwritten since since: a
+// token it holds and that has come, or what the budget admits (see admit);
+// or how long to wait.
+func (p *Publisher) turnFor(t *term, id drausage.PoolID, since time.Time) (turn, time.Duration) {
+	now := p.clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if at, held := t.tokenAt[id]; held {
+		if now.Before(at) {
+			return 0, at.Sub(now)
+		}
+		delete(t.tokenAt, id)
+		return withinBudget, 0
+	}
+	tn, wait := p.budget.admit(now, since.Add(p.opts.MaxDelay/2))
+	if tn == withinBudget && wait > 0 {
+		t.tokenAt[id] = now.Add(wait)
+		return 0, wait
+	}
+	return tn, wait
 }
 
 // takeUnpublished hands a sync the time of the pool's oldest unwritten

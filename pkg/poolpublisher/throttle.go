@@ -11,19 +11,17 @@ import (
 	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
 )
 
-// throttledWrites makes every ResourcePool write wait for a token of the
-// write budget, so that the publisher's load on the apiserver stays small
-// while pools are fresh; a write made for a change that is due (withDue)
-// waits for a token only until then. So a quiet cluster's pools are written
-// at once, a busy one's pools wait and are coalesced, and no pool waits
-// past its due time however many are busy: the rate follows the number of
-// busy pools per due interval rather than a fixed figure. Reads are not
+// throttledWrites makes ResourcePool writes take a token of the write
+// budget, so that the publisher's load on the apiserver stays small while
+// pools are fresh. A sync for a pool's change asks admit for its turn
+// first, and its writes then go without waiting; any other write (a repair
+// after a hand edit, an orphan's delete) waits for a token. Reads are not
 // throttled: they only follow a failed write.
 type throttledWrites struct {
 	typedv1alpha1.ResourcePoolInterface
 	limiter *rate.Limiter
 	// overBudget, when set, is told of each write that went ahead of the
-	// budget because it was due.
+	// budget because its change was due.
 	overBudget func()
 }
 
@@ -35,54 +33,59 @@ func newThrottledWrites(client typedv1alpha1.ResourcePoolInterface, perSecond in
 	}
 }
 
-type dueKey struct{}
+// turn is how a sync's writes were admitted.
+type turn int
 
-// withDue returns a context whose writes stop waiting for the budget at due.
-func withDue(ctx context.Context, due time.Time) context.Context {
-	return context.WithValue(ctx, dueKey{}, due)
+const (
+	// withinBudget: the sync took a token.
+	withinBudget turn = iota + 1
+	// pastBudget: the sync's change was due; its writes take no token, so
+	// that the budget stays for fresh pools.
+	pastBudget
+)
+
+type turnKey struct{}
+
+// withTurn marks the writes made with ctx as admitted.
+func withTurn(ctx context.Context, tn turn) context.Context {
+	return context.WithValue(ctx, turnKey{}, tn)
 }
 
-// wait returns when the write may go: a token came, or the write fell due
-// first (it then takes no token, so that the budget stays for fresh pools).
-func (t *throttledWrites) wait(ctx context.Context) error {
-	due, ok := ctx.Value(dueKey{}).(time.Time)
-	if !ok {
-		return t.limiter.Wait(ctx)
+// admit gives a sync for a change that falls due at due its turn: past
+// the budget once due; otherwise the next token, if that comes before the
+// change is due, after wait (zero: now), which the caller holds for the
+// pool; otherwise none, and the pool is to ask again when due. It never
+// blocks, so that no worker is held by a pool that is not due while others
+// are, and it reserves at most the tokens that come before the due times,
+// so pools waiting for the budget do not all wake at each token. A sync
+// that takes a token may make two writes with it (a new pool's object, then
+// its status).
+func (t *throttledWrites) admit(now, due time.Time) (tn turn, wait time.Duration) {
+	if !now.Before(due) {
+		return pastBudget, 0
 	}
-	now := time.Now()
 	reservation := t.limiter.ReserveN(now, 1)
-	delay := reservation.DelayFrom(now)
 	untilDue := due.Sub(now)
-	if reservation.OK() && delay <= untilDue {
-		err := sleep(ctx, delay)
-		if err != nil {
-			reservation.Cancel()
-		}
-		return err
+	if delay := reservation.DelayFrom(now); reservation.OK() && delay <= untilDue {
+		return withinBudget, delay
 	}
 	reservation.CancelAt(now)
-	if err := sleep(ctx, untilDue); err != nil {
-		return err
-	}
-	if t.overBudget != nil {
-		t.overBudget()
-	}
-	return nil
+	return 0, untilDue
 }
 
-// sleep waits for d, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
+// wait returns when the write may go: at once for an admitted sync,
+// otherwise when a token comes.
+func (t *throttledWrites) wait(ctx context.Context) error {
+	switch ctx.Value(turnKey{}) {
+	case withinBudget:
+		return ctx.Err()
+	case pastBudget:
+		if t.overBudget != nil {
+			t.overBudget()
+		}
 		return ctx.Err()
 	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
+	return t.limiter.Wait(ctx)
 }
 
 func (t *throttledWrites) Create(ctx context.Context, pool *v1alpha1.ResourcePool, opts metav1.CreateOptions) (*v1alpha1.ResourcePool, error) {

@@ -38,37 +38,52 @@ func TestThrottledWritesWaitForTheBudget(t *testing.T) {
 	}
 }
 
-// A write whose change is due goes ahead of the budget, without taking a
-// token from pools still fresh; one not yet due waits for its token.
-func TestDueWritesGoAheadOfTheBudget(t *testing.T) {
+// A sync's turn: within the budget while it has tokens, a held token when
+// the next one comes before the change is due, past the budget once due,
+// and otherwise a wait until due. Admitted writes do not wait; only those
+// past the budget are counted. The fake client only counts requests.
+func TestAdmitAndTurns(t *testing.T) {
 	client := fake.NewSimpleClientset()
 	due := 0
 	writes := newThrottledWrites(client.DrascopeV1alpha1().ResourcePools(), 1, func() { due++ })
+	now := time.Now()
+	second := time.Second
+
+	if tn, wait := writes.admit(now, now.Add(5*second)); tn != withinBudget || wait != 0 {
+		t.Errorf("first sync: turn %v after %v, want within the budget at once", tn, wait)
+	}
+	// The bucket is empty; the next token comes in a second.
+	if tn, wait := writes.admit(now, now.Add(5*second)); tn != withinBudget || wait != second {
+		t.Errorf("second sync, due in 5s: turn %v after %v, want the token that comes in 1s", tn, wait)
+	}
+	// That token is held; the one after comes in 2s, after this change is due.
+	if tn, wait := writes.admit(now, now.Add(1500*time.Millisecond)); tn != 0 || wait != 1500*time.Millisecond {
+		t.Errorf("third sync, due in 1.5s: turn %v after %v, want to ask again when due", tn, wait)
+	}
+	if tn, wait := writes.admit(now, now); tn != pastBudget || wait != 0 {
+		t.Errorf("a due sync: turn %v after %v, want past the budget at once", tn, wait)
+	}
+
 	pool := func(name string) *v1alpha1.ResourcePool {
 		return &v1alpha1.ResourcePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	}
-	if _, err := writes.Create(context.Background(), pool("a"), metav1.CreateOptions{}); err != nil {
-		t.Fatalf("first write within the budget: %v", err)
-	}
-	// The next token comes in a second. A write already due goes at once;
-	// the context's deadline, far shorter than a second, catches one that
-	// waits for the token instead.
+	// The bucket is empty: an unadmitted write would wait about 2s, which
+	// the deadline does not allow; admitted ones go at once.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	for _, name := range []string{"b", "c"} {
-		if _, err := writes.Create(withDue(ctx, time.Now()), pool(name), metav1.CreateOptions{}); err != nil {
-			t.Fatalf("write of due pool %s: %v", name, err)
-		}
+	if _, err := writes.Create(withTurn(ctx, withinBudget), pool("a"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("write within an admitted turn: %v", err)
 	}
-	if due != 2 {
-		t.Errorf("%d writes counted as due, want 2", due)
+	if _, err := writes.Create(withTurn(ctx, pastBudget), pool("b"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("write of a due change: %v", err)
 	}
-	// Due in an hour: it waits for the token like any other, which the
-	// deadline does not allow.
-	if _, err := writes.Create(withDue(ctx, time.Now().Add(time.Hour)), pool("d"), metav1.CreateOptions{}); err == nil {
-		t.Fatal("a write due in an hour went ahead of the budget")
+	if _, err := writes.Create(ctx, pool("c"), metav1.CreateOptions{}); err == nil {
+		t.Error("an unadmitted write went ahead of the budget")
 	}
-	if n := len(client.Actions()); n != 3 {
-		t.Errorf("the apiserver saw %d requests, want the three creates of a, b and c", n)
+	if due != 1 {
+		t.Errorf("%d writes counted past the budget, want 1", due)
+	}
+	if n := len(client.Actions()); n != 2 {
+		t.Errorf("the apiserver saw %d requests, want the creates of a and b", n)
 	}
 }

@@ -328,13 +328,15 @@ type buckets struct {
 	count  uint64
 }
 
-// since is what was added to the histogram after earlier.
+// since is what was added to the histogram after earlier; all of it if
+// the registry was reset in between.
 func (b buckets) since(earlier buckets) buckets {
+	if earlier.count > b.count || !slices.Equal(b.bounds, earlier.bounds) {
+		return b
+	}
 	out := buckets{bounds: b.bounds, counts: slices.Clone(b.counts), count: b.count - earlier.count}
-	if slices.Equal(b.bounds, earlier.bounds) {
-		for i := range out.counts {
-			out.counts[i] -= earlier.counts[i]
-		}
+	for i := range out.counts {
+		out.counts[i] -= earlier.counts[i]
 	}
 	return out
 }
