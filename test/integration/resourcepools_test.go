@@ -398,16 +398,7 @@ func TestPublisherServesASecondTerm(t *testing.T) {
 	const testDriver = "terms.example.com"
 	pool := s.namespace
 	cache := poolcache.New(poolcache.Options{})
-	slice := func(devices int) *resourceapi.ResourceSlice {
-		sl := &resourceapi.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: pool},
-			Spec:       resourceapi.ResourceSliceSpec{Driver: testDriver, Pool: resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 1}, AllNodes: ptr.To(true)},
-		}
-		for _, d := range gpuNames(0, devices) {
-			sl.Spec.Devices = append(sl.Spec.Devices, resourceapi.Device{Name: d})
-		}
-		return sl
-	}
+	slice := func(devices int) *resourceapi.ResourceSlice { return wholePoolSlice(testDriver, pool, devices) }
 	client, err := versioned.NewForConfig(env.cp.Admin)
 	if err != nil {
 		t.Fatal(err)
@@ -449,15 +440,7 @@ func TestPublisherWritesDuePoolsPastTheBudget(t *testing.T) {
 	const pools = 12
 	cache := poolcache.New(poolcache.Options{})
 	slice := func(i, devices int) *resourceapi.ResourceSlice {
-		pool := fmt.Sprintf("%s-%d", s.namespace, i)
-		sl := &resourceapi.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: pool},
-			Spec:       resourceapi.ResourceSliceSpec{Driver: testDriver, Pool: resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 1}, AllNodes: ptr.To(true)},
-		}
-		for _, d := range gpuNames(0, devices) {
-			sl.Spec.Devices = append(sl.Spec.Devices, resourceapi.Device{Name: d})
-		}
-		return sl
+		return wholePoolSlice(testDriver, fmt.Sprintf("%s-%d", s.namespace, i), devices)
 	}
 	name := func(i int) string {
 		n, _ := v1alpha1.PlainName(testDriver, fmt.Sprintf("%s-%d", s.namespace, i))
@@ -514,6 +497,20 @@ func TestPublisherWritesDuePoolsPastTheBudget(t *testing.T) {
 			t.Errorf("a single change on a quiet publisher made %d writes past the budget, want none", got-before)
 		}
 	})
+}
+
+// wholePoolSlice is the one slice, named after it, of a pool of devices
+// reachable from all nodes: what a publisher fed by a cache of its own
+// needs, without a node.
+func wholePoolSlice(driver, pool string, devices int) *resourceapi.ResourceSlice {
+	sl := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: pool},
+		Spec:       resourceapi.ResourceSliceSpec{Driver: driver, Pool: resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 1}, AllNodes: ptr.To(true)},
+	}
+	for _, d := range gpuNames(0, devices) {
+		sl.Spec.Devices = append(sl.Spec.Devices, resourceapi.Device{Name: d})
+	}
+	return sl
 }
 
 // A ResourcePool deleted or edited by hand is put back: the publisher

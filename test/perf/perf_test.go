@@ -66,12 +66,20 @@ var preQueueingHintsVariants = []variant{
 	{name: results.DRAScopePreQueueingHints, schedulerConfig: "config/drascope.yaml", featureGates: map[string]bool{"SchedulerPreQueueingHints": true}},
 }
 
+// noPublishVariant runs besides those in workloads labelled "publishing":
+// DRAScope with ResourcePool publishing off, the reference for what
+// publishing costs.
+var noPublishVariant = variant{name: results.DRAScopeNoPublish, schedulerConfig: "config/drascope.yaml", noPublish: true}
+
 type variant struct {
 	name            string
 	schedulerConfig string
 	// strategy, when set, is the scoring.strategy added to the DRAScope
 	// args of schedulerConfig.
 	strategy string
+	// noPublish turns poolStatus.publishResourcePools off in the DRAScope
+	// args of schedulerConfig.
+	noPublish bool
 	// featureGates are set on top of the test case's.
 	featureGates map[string]bool
 }
@@ -224,13 +232,16 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 	if !upstream && entry.Victims > entry.UrgentPods {
 		tCtx.Errorf("DRAScope preempted %d pods for %d urgent pods of one GPU each: some preempted twice", entry.Victims, entry.UrgentPods)
 	}
-	if upstream {
+	if !upstream && unhealthy > 0 {
+		tCtx.Errorf("DRAScope allocated %d devices that kubelet reported Unhealthy", unhealthy)
+	}
+	if upstream || v.noPublish {
 		if writes != 0 {
-			tCtx.Errorf("the upstream run made %v ResourcePool writes: DRAScope ran in it", writes)
+			tCtx.Errorf("the %s run made %v ResourcePool writes: it must not publish", v.name, writes)
 		}
 		return
 	}
-	// DRAScope, with any scoring strategy.
+	// DRAScope publishing, with any scoring strategy.
 	// A short run can end before the publisher's first write; what must
 	// hold is that the ResourcePools catch up with the claims.
 	catchUp := time.Now()
@@ -250,9 +261,6 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 		tCtx.Errorf("reading the ResourcePool publish delay: %v", err)
 	}
 	entry.PublishDelays, entry.PublishDelayP95 = quantileBound(buckets.since(before.publishDelay), 0.95)
-	if unhealthy > 0 {
-		tCtx.Errorf("DRAScope allocated %d devices that kubelet reported Unhealthy", unhealthy)
-	}
 }
 
 // bigPods counts the pods of namespace "big" (the Fragmentation test
@@ -589,6 +597,8 @@ type unit struct {
 	// preQueueingHints: the workload runs with SchedulerPreQueueingHints
 	// on too.
 	preQueueingHints bool
+	// publishing: the workload runs DRAScope without publishing too.
+	publishing bool
 	// raw is the test case with only this workload.
 	raw map[string]any
 }
@@ -601,6 +611,9 @@ func (u unit) variants() []variant {
 	}
 	if u.preQueueingHints {
 		all = append(all, preQueueingHintsVariants...)
+	}
+	if u.publishing {
+		all = append(all, noPublishVariant)
 	}
 	return all
 }
@@ -623,18 +636,28 @@ func (u unit) configFor(dir string, v variant) (string, error) {
 		}
 		tc["featureGates"] = gates
 	}
-	if v.strategy != "" {
-		schedulerConfig, err := os.ReadFile(v.schedulerConfig)
+	if v.strategy != "" || v.noPublish {
+		data, err := os.ReadFile(v.schedulerConfig)
 		if err != nil {
 			return "", err
 		}
-		const args = "    args:\n"
-		if !strings.Contains(string(schedulerConfig), args) {
-			return "", fmt.Errorf("%s: no DRAScope args to add scoring.strategy to", v.schedulerConfig)
+		schedulerConfig := string(data)
+		if v.strategy != "" {
+			const args = "    args:\n"
+			if !strings.Contains(schedulerConfig, args) {
+				return "", fmt.Errorf("%s: no DRAScope args to add scoring.strategy to", v.schedulerConfig)
+			}
+			schedulerConfig = strings.Replace(schedulerConfig, args, args+"      scoring:\n        strategy: "+v.strategy+"\n", 1)
 		}
-		withStrategy := strings.Replace(string(schedulerConfig), args, args+"      scoring:\n        strategy: "+v.strategy+"\n", 1)
+		if v.noPublish {
+			const publishing = "publishResourcePools: true"
+			if !strings.Contains(schedulerConfig, publishing) {
+				return "", fmt.Errorf("%s: no %q to turn off", v.schedulerConfig, publishing)
+			}
+			schedulerConfig = strings.Replace(schedulerConfig, publishing, "publishResourcePools: false", 1)
+		}
 		path := filepath.Join(dir, "scheduler-"+v.name+".yaml")
-		if err := os.WriteFile(path, []byte(withStrategy), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(schedulerConfig), 0o644); err != nil {
 			return "", err
 		}
 		tc["schedulerConfigPath"] = path
@@ -680,6 +703,7 @@ func selectWorkloads(path string, filter []string) ([]unit, error) {
 			units = append(units, unit{testCase: name, workload: wname, raw: raw,
 				scoring:          slices.Contains(stringList(tc["labels"]), "scoring"),
 				preQueueingHints: slices.Contains(stringList(wm["labels"]), "prequeueinghints"),
+				publishing:       slices.Contains(stringList(wm["labels"]), "publishing"),
 			})
 		}
 	}

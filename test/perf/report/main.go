@@ -40,6 +40,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
+	if err := results.WritePublishing(os.Stdout, runs); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
 	if compareErr != nil {
 		fmt.Fprintln(os.Stderr, "report:", compareErr)
 		os.Exit(1)

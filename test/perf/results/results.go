@@ -27,6 +27,9 @@ const (
 	DRAScopeLeastAllocated   = "drascope-leastallocated"
 	UpstreamPreQueueingHints = "upstream-prequeueinghints"
 	DRAScopePreQueueingHints = "drascope-prequeueinghints"
+	// DRAScopeNoPublish runs besides the others in workloads labelled
+	// "publishing": DRAScope with ResourcePool publishing off.
+	DRAScopeNoPublish = "drascope-nopublish"
 )
 
 // PreQueueingHintsRow ends the name of the rows that compare the
@@ -372,7 +375,7 @@ func num(v float64, decimals int) string {
 // runsWhere returns the runs keep selects, by workload, pair, and variant
 // (upstream first).
 func runsWhere(runs []Run, keep func(Run) bool) []Run {
-	order := map[string]int{Upstream: 0, DRAScope: 1, DRAScopeMostAllocated: 2, DRAScopeLeastAllocated: 3, UpstreamPreQueueingHints: 4, DRAScopePreQueueingHints: 5}
+	order := map[string]int{Upstream: 0, DRAScope: 1, DRAScopeMostAllocated: 2, DRAScopeLeastAllocated: 3, UpstreamPreQueueingHints: 4, DRAScopePreQueueingHints: 5, DRAScopeNoPublish: 6}
 	var selected []Run
 	for _, r := range runs {
 		if keep(r) {
@@ -429,6 +432,33 @@ func WritePreemption(w io.Writer, runs []Run) error {
 			after = fmt.Sprintf("%.0f s", r.UrgentSeconds)
 		}
 		fmt.Fprintf(&b, "| %s/%s | %d | %s | %d of %d | %d | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, r.UrgentPodsPlaced, r.UrgentPods, r.Victims, after)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WritePublishing prints, for every workload that also ran DRAScope with
+// publishing off, each run of DRAScope with and without publishing: the
+// throughput, and what publishing wrote and how fresh it kept the
+// ResourcePools. With several pairs, every run is listed.
+func WritePublishing(w io.Writer, runs []Run) error {
+	compared := map[string]bool{}
+	for _, r := range runs {
+		if r.Variant == DRAScopeNoPublish {
+			compared[r.TestCase+"/"+r.Workload] = true
+		}
+	}
+	selected := runsWhere(runs, func(r Run) bool {
+		return compared[r.TestCase+"/"+r.Workload] && (r.Variant == DRAScope || r.Variant == DRAScopeNoPublish)
+	})
+	if len(selected) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("\n| Workload | Pair | Scheduler | pods/s avg (p50/p90) | ResourcePool writes (due) | Publish delay p95 (writes) |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, r := range selected {
+		fmt.Fprintf(&b, "| %s/%s | %d | %s | %s | %d (%d) | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, throughput(r.Throughput), r.ResourcePoolWrites, r.DueWrites, publishDelay(r))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -264,3 +264,30 @@ func TestWriteFragmentation(t *testing.T) {
 		t.Errorf("no 8-GPU pods: %q, %v; want nothing", b.String(), err)
 	}
 }
+
+// The publishing table lists DRAScope's runs with and without publishing,
+// of the workloads that ran both, and nothing else.
+func TestWritePublishing(t *testing.T) {
+	run := func(workload, variant string, writes int) Run {
+		return Run{IndexEntry: IndexEntry{TestCase: "T", Workload: workload, Variant: variant, ResourcePoolWrites: writes, DueWrites: writes / 2, PublishDelays: writes, PublishDelayP95: 8.192},
+			Throughput: Quantiles{Average: 30, P50: 31, P90: 40}}
+	}
+	runs := []Run{run("a", DRAScopeNoPublish, 0), run("a", Upstream, 0), run("a", DRAScope, 100), run("b", DRAScope, 50)}
+	var b strings.Builder
+	if err := WritePublishing(&b, runs); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"| T/a | 1 | drascope | 30.0 (31/40) | 100 (50) | ≤ 8.192 s (100) |",
+		"| T/a | 1 | drascope-nopublish | 30.0 (31/40) | 0 (0) | – |",
+	}
+	if len(lines) != 2+len(want) {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	for i, w := range want {
+		if lines[2+i] != w {
+			t.Errorf("row %d: %q, want %q", i, lines[2+i], w)
+		}
+	}
+}
