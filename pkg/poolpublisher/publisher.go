@@ -257,6 +257,15 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 	}
 	p.mu.Lock()
 	p.term = t
+	// Pools the cache knew before the term began have waited since their
+	// last change, and are due as any other: the informer's first events
+	// queue them before the workers start. The pass below, once the cache
+	// has synced, does the same for pools it learns of until then.
+	for _, snap := range p.source.List() {
+		if _, ok := t.unpublishedSince[snap.PoolID]; !ok {
+			t.unpublishedSince[snap.PoolID] = snap.ChangedAt
+		}
+	}
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()

@@ -20,8 +20,8 @@ import (
 type throttledWrites struct {
 	typedv1alpha1.ResourcePoolInterface
 	limiter *rate.Limiter
-	// overBudget, when set, is told of each write that went ahead of the
-	// budget because its change was due.
+	// overBudget, when set, is told of each successful write that went
+	// ahead of the budget because its change was due.
 	overBudget func()
 }
 
@@ -80,31 +80,41 @@ func (t *throttledWrites) wait(ctx context.Context) error {
 	case withinBudget:
 		return ctx.Err()
 	case pastBudget:
-		if t.overBudget != nil {
-			t.overBudget()
-		}
 		return ctx.Err()
 	}
 	return t.limiter.Wait(ctx)
+}
+
+// done counts a write that went through past the budget.
+func (t *throttledWrites) done(ctx context.Context, err error) {
+	if err == nil && t.overBudget != nil && ctx.Value(turnKey{}) == pastBudget {
+		t.overBudget()
+	}
 }
 
 func (t *throttledWrites) Create(ctx context.Context, pool *v1alpha1.ResourcePool, opts metav1.CreateOptions) (*v1alpha1.ResourcePool, error) {
 	if err := t.wait(ctx); err != nil {
 		return nil, err
 	}
-	return t.ResourcePoolInterface.Create(ctx, pool, opts)
+	created, err := t.ResourcePoolInterface.Create(ctx, pool, opts)
+	t.done(ctx, err)
+	return created, err
 }
 
 func (t *throttledWrites) UpdateStatus(ctx context.Context, pool *v1alpha1.ResourcePool, opts metav1.UpdateOptions) (*v1alpha1.ResourcePool, error) {
 	if err := t.wait(ctx); err != nil {
 		return nil, err
 	}
-	return t.ResourcePoolInterface.UpdateStatus(ctx, pool, opts)
+	updated, err := t.ResourcePoolInterface.UpdateStatus(ctx, pool, opts)
+	t.done(ctx, err)
+	return updated, err
 }
 
 func (t *throttledWrites) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
 	if err := t.wait(ctx); err != nil {
 		return err
 	}
-	return t.ResourcePoolInterface.Delete(ctx, name, opts)
+	err := t.ResourcePoolInterface.Delete(ctx, name, opts)
+	t.done(ctx, err)
+	return err
 }

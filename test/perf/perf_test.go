@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -380,12 +379,13 @@ func histogramBuckets(name string) (buckets, error) {
 }
 
 // quantileBound returns the sample count and the upper bound of the bucket
-// that holds quantile q: the q-quantile is at most that (+Inf beyond the
-// last bucket, 0 without samples). A bound, not an interpolation, so that
-// KEP-5677's 10 s is read off its bucket.
+// that holds quantile q: the q-quantile is at most that (0 without
+// samples). A bound, not an interpolation, so that KEP-5677's 10 s is read
+// off its bucket. Beyond the last bucket it returns the negated last bound:
+// more than that (JSON has no infinity).
 func quantileBound(b buckets, q float64) (int, float64) {
-	if b.count == 0 {
-		return 0, 0
+	if b.count == 0 || len(b.bounds) == 0 {
+		return int(b.count), 0
 	}
 	want := q * float64(b.count)
 	for i, c := range b.counts {
@@ -393,7 +393,7 @@ func quantileBound(b buckets, q float64) (int, float64) {
 			return int(b.count), b.bounds[i]
 		}
 	}
-	return int(b.count), math.Inf(1)
+	return int(b.count), -b.bounds[len(b.bounds)-1]
 }
 
 // histogramSum is the sum of the samples of a histogram in the legacy

@@ -65,7 +65,8 @@ type IndexEntry struct {
 	// PublishDelays counts the publisher's status writes during the whole
 	// run, and PublishDelayP95 bounds the 95th percentile of their delay
 	// (seconds, change seen to status written): the upper bound of the
-	// histogram bucket that holds it.
+	// histogram bucket that holds it; negative beyond the last bucket, whose
+	// bound it then is (more than that).
 	PublishDelays   int     `json:"publishDelays,omitempty"`
 	PublishDelayP95 float64 `json:"publishDelayP95,omitempty"`
 	// CatchUpSeconds is how long the ResourcePools took to agree with the
@@ -351,8 +352,11 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 
 // publishDelay prints the bound of the publish delay's p95.
 func publishDelay(r Run) string {
-	if r.PublishDelays == 0 {
+	switch {
+	case r.PublishDelays == 0:
 		return "–"
+	case r.PublishDelayP95 < 0:
+		return fmt.Sprintf("> %s s (%d)", num(-r.PublishDelayP95, 3), r.PublishDelays)
 	}
 	return fmt.Sprintf("≤ %s s (%d)", num(r.PublishDelayP95, 3), r.PublishDelays)
 }

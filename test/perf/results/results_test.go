@@ -291,3 +291,11 @@ func TestWritePublishing(t *testing.T) {
 		}
 	}
 }
+
+// A p95 beyond the histogram's last bucket is kept as the negated bound,
+// JSON having no infinity, and printed as more than it.
+func TestPublishDelayBeyondTheLastBucket(t *testing.T) {
+	if got, want := publishDelay(Run{IndexEntry: IndexEntry{PublishDelays: 5, PublishDelayP95: -32.768}}), "> 32.768 s (5)"; got != want {
+		t.Errorf("publishDelay = %q, want %q", got, want)
+	}
+}
