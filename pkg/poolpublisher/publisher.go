@@ -71,8 +71,8 @@ type Options struct {
 	// ObserveWrite, when set, is told of every successful write to the API:
 	// verb is create, update (of the status) or delete.
 	ObserveWrite func(verb string)
-	// ObserveOverBudget, when set, is told of every write that went ahead of
-	// MaxWritesPerSecond because its pool was due.
+	// ObserveOverBudget, when set, is told of every successful write that
+	// went ahead of MaxWritesPerSecond because its pool was due.
 	ObserveOverBudget func()
 	// Clock, for tests.
 	Clock clock.WithTicker
