@@ -163,10 +163,8 @@ func New(source Source, client versioned.Interface, opts Options) *Publisher {
 			return
 		}
 		for _, id := range changed {
-			if _, ok := p.term.unpublishedSince[id]; !ok {
-				if snap := source.Get(id); snap != nil {
-					p.term.unpublishedSince[id] = snap.ChangedAt
-				}
+			if snap := source.Get(id); snap != nil {
+				p.term.noteUnwritten(id, snap.ChangedAt)
 			}
 			p.term.queue.Add(id)
 		}
@@ -262,9 +260,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 	// queue them before the workers start. The pass below, once the cache
 	// has synced, does the same for pools it learns of until then.
 	for _, snap := range p.source.List() {
-		if _, ok := t.unpublishedSince[snap.PoolID]; !ok {
-			t.unpublishedSince[snap.PoolID] = snap.ChangedAt
-		}
+		t.noteUnwritten(snap.PoolID, snap.ChangedAt)
 	}
 	p.mu.Unlock()
 	defer func() {
@@ -293,9 +289,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		// with many pools) would publish them at the budget's pace.
 		for _, snap := range p.source.List() {
 			p.mu.Lock()
-			if _, ok := t.unpublishedSince[snap.PoolID]; !ok {
-				t.unpublishedSince[snap.PoolID] = snap.ChangedAt
-			}
+			t.noteUnwritten(snap.PoolID, snap.ChangedAt)
 			p.mu.Unlock()
 			queue.Add(snap.PoolID)
 		}
@@ -453,8 +447,14 @@ func (p *Publisher) putBackUnpublished(t *term, id drausage.PoolID, since time.T
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if later, ok := t.unpublishedSince[id]; !ok || since.Before(later) {
-		t.unpublishedSince[id] = since
+	t.noteUnwritten(id, since)
+}
+
+// noteUnwritten records that a pool has a change from at not yet written,
+// keeping the oldest. The caller holds the publisher's lock.
+func (t *term) noteUnwritten(id drausage.PoolID, at time.Time) {
+	if oldest, ok := t.unpublishedSince[id]; !ok || at.Before(oldest) {
+		t.unpublishedSince[id] = at
 	}
 }
 
