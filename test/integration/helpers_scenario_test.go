@@ -282,7 +282,16 @@ func (s *scenario) addPodWith(name, scheduler string, source podClaimSource, cha
 	for _, change := range changes {
 		change(pod)
 	}
-	if _, err := env.client.CoreV1().Pods(s.namespace).Create(s.ctx, pod, metav1.CreateOptions{}); err != nil {
+	// The Priority admission plugin reads PriorityClasses from an
+	// informer: one created a moment ago may not be there yet.
+	err := wait.PollUntilContextTimeout(s.ctx, 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		_, err := env.client.CoreV1().Pods(s.namespace).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil && apierrors.IsForbidden(err) && strings.Contains(err.Error(), "no PriorityClass with name") {
+			return false, nil
+		}
+		return true, err
+	})
+	if err != nil {
 		s.t.Fatalf("creating pod %s/%s: %v", s.namespace, name, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -51,6 +52,26 @@ type whatIf struct {
 	// in parallel, each on a clone.
 	removed map[types.UID]*v1.Pod
 	added   []*v1.Pod
+	// releasing is shared by every clone: read once, when a dry run
+	// first needs it.
+	releasing *releasing
+}
+
+// releasing are the allocations of claims whose pods are all gone, which
+// the resourceclaim controller is about to deallocate, as read once in a
+// cycle.
+type releasing struct {
+	once        sync.Once
+	allocations []*resourceapi.AllocationResult
+}
+
+// releasingAllocations returns the cycle's releasing allocations.
+func (w *whatIf) releasingAllocations(pl *DRAScope) []*resourceapi.AllocationResult {
+	if w.releasing == nil {
+		return nil
+	}
+	w.releasing.once.Do(func() { w.releasing.allocations = pl.releasingAllocations() })
+	return w.releasing.allocations
 }
 
 func (w *whatIf) Clone() fwk.StateData {
@@ -96,9 +117,10 @@ func (pl *DRAScope) newWhatIf(view *cycleView, claims *podClaims) *whatIf {
 		state.AggregatedCapacity = structured.NewConsumedCapacityCollection()
 	}
 	return &whatIf{
-		cycle:   dryrun.NewCycle(pl.allocating, state, view.seen.kept, view.slices),
-		claims:  claims.toAllocate,
-		removed: map[types.UID]*v1.Pod{},
+		cycle:     dryrun.NewCycle(pl.allocating, state, view.seen.kept, view.slices),
+		claims:    claims.toAllocate,
+		removed:   map[types.UID]*v1.Pod{},
+		releasing: &releasing{},
 	}
 }
 
@@ -178,13 +200,35 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 	for _, allocation := range pl.allocationsFreedBy(w.removed, w.removed, podsOn(nodeInfo, w.added)) {
 		n.Free(allocation)
 	}
-	var nominated []string
-	for _, other := range w.added {
-		if pl.take(ctx, n, other, w.claims) {
-			nominated = append(nominated, klog.KObj(other).String())
+	if len(w.removed) > 0 {
+		// A preemption dry run: devices whose pods are gone are as good
+		// as free. Counted in use, they would make preemption choose
+		// victims for devices already on their way to the preemptor
+		// (or to a pod nominated before it).
+		for _, allocation := range w.releasingAllocations(pl) {
+			n.Free(allocation)
 		}
 	}
-	results, err := n.Allocate(ctx, w.claims)
+	var nominated []string
+	var keptClasses sets.Set[string]
+	for _, other := range w.added {
+		switch pl.take(ctx, n, other, w.claims) {
+		case tookDevices:
+			nominated = append(nominated, klog.KObj(other).String())
+		case shortOfDevices:
+			// Its victims' devices are not all free yet. Until they
+			// are, it keeps every device of the classes it asks for,
+			// as the framework keeps a nominated pod's CPU whether or
+			// not it fits yet.
+			nominated = append(nominated, klog.KObj(other).String())
+			keptClasses = keptClasses.Union(pl.classesOf(other))
+		}
+	}
+	var results []resourceapi.AllocationResult
+	var err error
+	if !deviceClassesOf(w.claims).HasAny(keptClasses.UnsortedList()...) {
+		results, err = n.Allocate(ctx, w.claims)
+	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fwk.AsStatus(fmt.Errorf("node %s: timed out trying to allocate devices", node.Name))
@@ -218,10 +262,39 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 	return fwk.NewStatus(code, reasons...)
 }
 
+// taken is what take did with a nominated pod's claims.
+type taken int
+
+const (
+	// nothingToTake: its claims are allocated already, or not known yet.
+	nothingToTake taken = iota
+	// tookDevices: its claims fit, and their devices are marked in use.
+	tookDevices
+	// shortOfDevices: its claims do not fit on the devices free now.
+	shortOfDevices
+)
+
 // take allocates, on the node's share, the claims of a nominated pod that
 // are still to allocate (other than the scheduled pod's own), and marks
-// their devices in use. It reports whether it took any.
-func (pl *DRAScope) take(ctx context.Context, n *dryrun.Node, pod *v1.Pod, own []*resourceapi.ResourceClaim) bool {
+// their devices in use.
+func (pl *DRAScope) take(ctx context.Context, n *dryrun.Node, pod *v1.Pod, own []*resourceapi.ResourceClaim) taken {
+	toAllocate := pl.claimsToAllocate(pod, own)
+	if len(toAllocate) == 0 {
+		return nothingToTake
+	}
+	results, err := n.Allocate(ctx, toAllocate)
+	if err != nil || results == nil {
+		return shortOfDevices
+	}
+	for i := range results {
+		n.Take(&results[i])
+	}
+	return tookDevices
+}
+
+// claimsToAllocate returns the pod's claims the scheduler knows that are
+// still to allocate, other than those in own.
+func (pl *DRAScope) claimsToAllocate(pod *v1.Pod, own []*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
 	var toAllocate []*resourceapi.ResourceClaim
 	pl.forEachClaim(pod, func(claim *resourceapi.ResourceClaim) {
 		if claim.Status.Allocation != nil || pl.claims.GetPendingAllocation(claim.UID) != nil {
@@ -233,17 +306,30 @@ func (pl *DRAScope) take(ctx context.Context, n *dryrun.Node, pod *v1.Pod, own [
 		}
 		toAllocate = append(toAllocate, claim)
 	})
-	if len(toAllocate) == 0 {
-		return false
+	return toAllocate
+}
+
+// classesOf returns the device classes of the pod's claims still to
+// allocate.
+func (pl *DRAScope) classesOf(pod *v1.Pod) sets.Set[string] {
+	return deviceClassesOf(pl.claimsToAllocate(pod, nil))
+}
+
+// deviceClassesOf returns the device classes the claims' requests and
+// their subrequests name.
+func deviceClassesOf(claims []*resourceapi.ResourceClaim) sets.Set[string] {
+	classes := sets.New[string]()
+	for _, claim := range claims {
+		for _, request := range claim.Spec.Devices.Requests {
+			if request.Exactly != nil {
+				classes.Insert(request.Exactly.DeviceClassName)
+			}
+			for _, sub := range request.FirstAvailable {
+				classes.Insert(sub.DeviceClassName)
+			}
+		}
 	}
-	results, err := n.Allocate(ctx, toAllocate)
-	if err != nil || results == nil {
-		return false
-	}
-	for i := range results {
-		n.Take(&results[i])
-	}
-	return true
+	return classes
 }
 
 // forEachClaim calls f with each of the pod's claims the scheduler knows.
