@@ -282,8 +282,14 @@ func (s *scenario) addPodWith(name, scheduler string, source podClaimSource, cha
 	for _, change := range changes {
 		change(pod)
 	}
-	// The Priority admission plugin reads PriorityClasses from an
-	// informer: one created a moment ago may not be there yet.
+	s.createPod(pod)
+}
+
+// createPod creates the pod in the scenario's namespace. The Priority
+// admission plugin reads PriorityClasses from an informer: one created a
+// moment ago may not be there yet, and the create is retried.
+func (s *scenario) createPod(pod *v1.Pod) {
+	s.t.Helper()
 	err := wait.PollUntilContextTimeout(s.ctx, 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
 		_, err := env.client.CoreV1().Pods(s.namespace).Create(ctx, pod, metav1.CreateOptions{})
 		if err != nil && apierrors.IsForbidden(err) && strings.Contains(err.Error(), "no PriorityClass with name") {
@@ -292,7 +298,7 @@ func (s *scenario) addPodWith(name, scheduler string, source podClaimSource, cha
 		return true, err
 	})
 	if err != nil {
-		s.t.Fatalf("creating pod %s/%s: %v", s.namespace, name, err)
+		s.t.Fatalf("creating pod %s/%s: %v", s.namespace, pod.Name, err)
 	}
 }
 

@@ -25,11 +25,12 @@ import (
 //   - each preemptor's victims, on each node, number at most the GPUs it
 //     asked for, in one round: a second round means the devices of the
 //     first went to someone else;
-//   - a preemptor preempts on one node only, and binds there, unless a pod
-//     of higher priority than it was bound on that node after it chose its
-//     victims (that pod may take them, as upstream allows: "overtaken");
-//   - a preemptor that is not overtaken binds: victims are never preempted
-//     for nothing;
+//   - a preemptor preempts on one node only, unless a pod of higher
+//     priority than it was bound on that node after it chose its victims
+//     (that pod may take them, as upstream allows: "overtaken"); an
+//     overtaken preemptor preempts at most its GPUs plus theirs;
+//   - a preemptor that is not overtaken binds, on the node of its
+//     victims: victims are never preempted for nothing;
 //   - every pod left pending says why (PodScheduled False, Unschedulable,
 //     with a message).
 //
@@ -161,24 +162,7 @@ func runSoakCase(t *testing.T, seed uint64) soakResult {
 	plan := planSoakCase(seed)
 	s := newScenario(t, nil)
 	victims := s.playKubelet()
-	classes := map[string]string{}
-	class := func(priority int32, never bool) string {
-		key := fmt.Sprintf("p%d", priority)
-		if never {
-			key += "-never"
-		}
-		if name, ok := classes[key]; ok {
-			return name
-		}
-		var name string
-		if never {
-			name = s.priorityClass(key, priority, v1.PreemptNever)
-		} else {
-			name = s.priorityClass(key, priority)
-		}
-		classes[key] = name
-		return name
-	}
+	class := s.priorityClasses()
 	for _, p := range plan.stream {
 		class(p.priority, p.never)
 	}
@@ -422,5 +406,26 @@ func onNodes(nodes []string) func(*v1.Pod) {
 				Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: nodes,
 			}}}},
 		}}}
+	}
+}
+
+// priorityClasses returns a function that gives the name of the case's
+// PriorityClass of a priority and preemption policy, made on first use.
+func (s *scenario) priorityClasses() func(priority int32, never bool) string {
+	classes := map[string]string{}
+	return func(priority int32, never bool) string {
+		key := fmt.Sprintf("p%d", priority)
+		if never {
+			key += "-never"
+		}
+		if name, ok := classes[key]; ok {
+			return name
+		}
+		if never {
+			classes[key] = s.priorityClass(key, priority, v1.PreemptNever)
+		} else {
+			classes[key] = s.priorityClass(key, priority)
+		}
+		return classes[key]
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
@@ -240,8 +241,13 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	}
 	if result.AllNodes() && gathered {
 		view := pl.takeCycleView(pod, claims)
-		if w := pl.newWhatIf(view, claims); w != nil {
+		w := pl.newWhatIf(view, claims)
+		if w != nil {
 			state.Write(whatIfStateKey, w)
+			if node := pl.nominatedNodeAwaitingVictims(pod, nodes, w); node != "" {
+				klog.FromContext(ctx).V(4).Info("Staying on the nominated node while its victims' devices are released", "pod", klog.KObj(pod), "node", node)
+				return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
+			}
 		}
 		return pl.pruneNodes(ctx, pod, nodes, claims, view)
 	}

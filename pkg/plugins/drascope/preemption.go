@@ -460,6 +460,38 @@ func (pl *DRAScope) isSchedulableAfterVictimGone(logger klog.Logger, pod *v1.Pod
 	return fwk.Queue, nil
 }
 
+// nominatedNodeAwaitingVictims returns the node a preemptor is nominated
+// to while devices there are still on their way out (pods marked
+// preempted or being deleted hold claims there, or claims whose pods are
+// all gone hold its devices): the preemptor then stays with that node.
+// Tried on every node, it could bind on another node whose devices are
+// freed first, by the victims of a preemptor of lower priority, leaving
+// its own victims preempted for nothing and the other preemptor to
+// preempt again.
+func (pl *DRAScope) nominatedNodeAwaitingVictims(pod *v1.Pod, nodes []fwk.NodeInfo, w *whatIf) string {
+	nominated := pod.Status.NominatedNodeName
+	if nominated == "" || !mayPreempt(pod) {
+		return ""
+	}
+	i := slices.IndexFunc(nodes, func(n fwk.NodeInfo) bool { return n.Node() != nil && n.Node().Name == nominated })
+	if i < 0 {
+		return ""
+	}
+	for _, info := range nodes[i].GetPods() {
+		if other := info.GetPod(); len(other.Spec.ResourceClaims) > 0 && (other.DeletionTimestamp != nil || preempted(other)) {
+			return nominated
+		}
+	}
+	for _, allocation := range w.releasingAllocations(pl) {
+		for _, result := range allocation.Devices.Results {
+			if w.cycle.NodeOf(result.Driver, result.Pool) == nominated {
+				return nominated
+			}
+		}
+	}
+	return ""
+}
+
 // preempted reports whether the scheduler marked the pod as preempted.
 func preempted(pod *v1.Pod) bool {
 	return slices.ContainsFunc(pod.Status.Conditions, func(c v1.PodCondition) bool {
@@ -480,7 +512,10 @@ func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v
 	if status.Code() != fwk.Unschedulable {
 		return result, status
 	}
-	if !mayPreempt(pod) || !preemptionMayLook(statuses, pl.handle) {
+	// A preemptor staying on its nominated node (PreFilter offered only
+	// that node) is checked even where preemption would look at no node:
+	// DefaultPreemption, finding no candidate, would clear its nomination.
+	if !mayPreempt(pod) || (pod.Status.NominatedNodeName == "" && !preemptionMayLook(statuses, pl.handle)) {
 		return result, status
 	}
 	if node := pl.awaitingRelease(ctx, state, pod, statuses); node != "" {

@@ -148,6 +148,21 @@ func TestDryRunFreesTheDevicesOfVictims(t *testing.T) {
 			// priority 100: no victim is left that could help.
 			wantCode: fwk.UnschedulableAndUnresolvable, wantReason: "devices are kept for pods nominated to the node: ns/nominated",
 		},
+		// The nominated pod needs two GPUs; with training-0 preempted
+		// only gpu-0 is free, so it does not fit yet. It keeps every GPU
+		// until its victims' devices are all free: the preemptor must not
+		// take gpu-0 (issue: a queued pod of equal priority took the
+		// first freed GPU, and the preemptor preempted again).
+		"a nominated pod short of devices keeps those of its classes": {
+			remove: []string{"training-0"}, add: []string{"nominated"},
+			extra:    []*resourceapi.ResourceClaim{withCount(gpuClaim("nominated", nil), 2)},
+			wantCode: fwk.UnschedulableAndUnresolvable, wantReason: "devices are kept for pods nominated to the node: ns/nominated",
+		},
+		"a nominated pod short of devices of another class keeps none of these": {
+			remove: []string{"training-0"}, add: []string{"nominated"},
+			extra:    []*resourceapi.ResourceClaim{withClass(gpuClaim("nominated", nil), "nic")},
+			wantCode: fwk.Success,
+		},
 		"an admin-access holder frees nothing": {
 			remove: []string{"watcher"},
 			extra: []*resourceapi.ResourceClaim{gpuClaim("watcher", []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-0", true)},
@@ -277,6 +292,53 @@ func TestPreemptorRetriedWhenAVictimGoes(t *testing.T) {
 			got, err := (&DRAScope{}).isSchedulableAfterVictimGone(klog.Background(), tc.pod, tc.gone, nil)
 			if err != nil || got != tc.want {
 				t.Errorf("hint = %v (err %v), want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func withCount(claim *resourceapi.ResourceClaim, count int64) *resourceapi.ResourceClaim {
+	claim.Spec.Devices.Requests[0].Exactly.Count = count
+	return claim
+}
+
+func withClass(claim *resourceapi.ResourceClaim, class string) *resourceapi.ResourceClaim {
+	claim.Spec.Devices.Requests[0].Exactly.DeviceClassName = class
+	return claim
+}
+
+// A preemptor stays with its nominated node while pods there that hold
+// claims are being preempted or deleted, and only then.
+func TestPreemptorStaysOnItsNominatedNodeWhileVictimsLeave(t *testing.T) {
+	leaving := func(mark func(*v1.Pod)) fwk.NodeInfo {
+		victim := holder("training-0", 0, "a")
+		mark(victim)
+		return nodeInfo("node-0", victim, holder("training-1", 0, "shared"))
+	}
+	nominated := func(policy v1.PreemptionPolicy) *v1.Pod {
+		pod := holder("urgent", 100, "wanted")
+		pod.Spec.NodeName, pod.Status.NominatedNodeName, pod.Spec.PreemptionPolicy = "", "node-0", &policy
+		return pod
+	}
+	markedPreempted := func(p *v1.Pod) {
+		p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler}}
+	}
+	beingDeleted := func(p *v1.Pod) { p.DeletionTimestamp = &metav1.Time{} }
+	for name, tc := range map[string]struct {
+		pod  *v1.Pod
+		node fwk.NodeInfo
+		want string
+	}{
+		"a victim marked preempted":          {pod: nominated(v1.PreemptLowerPriority), node: leaving(markedPreempted), want: "node-0"},
+		"a victim being deleted":             {pod: nominated(v1.PreemptLowerPriority), node: leaving(beingDeleted), want: "node-0"},
+		"nothing leaves the node":            {pod: nominated(v1.PreemptLowerPriority), node: leaving(func(*v1.Pod) {})},
+		"a pod that may not preempt":         {pod: nominated(v1.PreemptNever), node: leaving(markedPreempted)},
+		"nominated to a node not among them": {pod: func() *v1.Pod { p := nominated(v1.PreemptLowerPriority); p.Status.NominatedNodeName = "node-1"; return p }(), node: leaving(markedPreempted)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newDryRunCluster(t)
+			if got := c.pl.nominatedNodeAwaitingVictims(tc.pod, []fwk.NodeInfo{tc.node}, whatIfIn(c.state)); got != tc.want {
+				t.Errorf("nominatedNodeAwaitingVictims = %q, want %q", got, tc.want)
 			}
 		})
 	}
