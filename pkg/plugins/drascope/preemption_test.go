@@ -329,11 +329,15 @@ func TestPreemptorStaysOnItsNominatedNodeWhileVictimsLeave(t *testing.T) {
 		node fwk.NodeInfo
 		want string
 	}{
-		"a victim marked preempted":          {pod: nominated(v1.PreemptLowerPriority), node: leaving(markedPreempted), want: "node-0"},
-		"a victim being deleted":             {pod: nominated(v1.PreemptLowerPriority), node: leaving(beingDeleted), want: "node-0"},
-		"nothing leaves the node":            {pod: nominated(v1.PreemptLowerPriority), node: leaving(func(*v1.Pod) {})},
-		"a pod that may not preempt":         {pod: nominated(v1.PreemptNever), node: leaving(markedPreempted)},
-		"nominated to a node not among them": {pod: func() *v1.Pod { p := nominated(v1.PreemptLowerPriority); p.Status.NominatedNodeName = "node-1"; return p }(), node: leaving(markedPreempted)},
+		"a victim marked preempted":  {pod: nominated(v1.PreemptLowerPriority), node: leaving(markedPreempted), want: "node-0"},
+		"a victim being deleted":     {pod: nominated(v1.PreemptLowerPriority), node: leaving(beingDeleted), want: "node-0"},
+		"nothing leaves the node":    {pod: nominated(v1.PreemptLowerPriority), node: leaving(func(*v1.Pod) {})},
+		"a pod that may not preempt": {pod: nominated(v1.PreemptNever), node: leaving(markedPreempted)},
+		"nominated to a node not among them": {pod: func() *v1.Pod {
+			p := nominated(v1.PreemptLowerPriority)
+			p.Status.NominatedNodeName = "node-1"
+			return p
+		}(), node: leaving(markedPreempted)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := newDryRunCluster(t)
