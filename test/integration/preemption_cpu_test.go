@@ -4,15 +4,17 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // DRAScope must not change preemption for resources other than devices.
-// The soak's shapes, with CPU in place of GPUs, run under the shipped
+// The soak's plans, with CPUs in place of GPUs on one node and each pod
+// arriving once the last settled (and was deleted if left pending), run
+// under the shipped
 // drascope-scheduler profile and under a profile of upstream's plugins
 // only (DynamicResources, no DRAScope) in bin/drascope-scheduler: the
 // same kube-scheduler code drascope imports, as kube-scheduler v1.37.1
@@ -21,43 +23,36 @@ import (
 const upstreamSchedulerName = "upstream-scheduler"
 
 // cpuDifferentialSeeds are the soak seeds the differential replays.
-const cpuDifferentialSeeds = 16
+const cpuDifferentialSeeds = 10
 
 func TestPreemptionOfCPUMatchesUpstream(t *testing.T) {
 	startUpstreamScheduler(t)
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, *soakParallel)
+	// One seed at a time, the two schedulers side by side.
 	for seed := uint64(1); seed <= cpuDifferentialSeeds; seed++ {
-		slots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
-				plan := planSoakCase(seed)
-				var upstream, drascope []string
-				var both sync.WaitGroup
-				for _, run := range []struct {
-					scheduler string
-					victims   *[]string
-				}{{upstreamSchedulerName, &upstream}, {schedulerName, &drascope}} {
-					both.Add(1)
-					go func() {
-						defer both.Done()
-						t.Run(run.scheduler, func(t *testing.T) { *run.victims = runCPUCase(t, plan, run.scheduler) })
-					}()
-				}
-				both.Wait()
-				if t.Failed() {
-					return
-				}
-				if len(upstream) != len(drascope) {
-					t.Errorf("seed %d: upstream preempted %d pods %v, drascope-scheduler %d %v", seed, len(upstream), upstream, len(drascope), drascope)
-				}
-			})
-		}()
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+			plan := planSoakCase(seed)
+			var upstream, drascope cpuCaseResult
+			var both sync.WaitGroup
+			for _, run := range []struct {
+				scheduler string
+				result    *cpuCaseResult
+			}{{upstreamSchedulerName, &upstream}, {schedulerName, &drascope}} {
+				both.Add(1)
+				go func() {
+					defer both.Done()
+					t.Run(run.scheduler, func(t *testing.T) { *run.result = runCPUCase(t, plan, run.scheduler) })
+				}()
+			}
+			both.Wait()
+			if t.Failed() {
+				return
+			}
+			if len(upstream.victims) != len(drascope.victims) {
+				t.Errorf("seed %d: upstream preempted %d pods %v, drascope-scheduler %d %v\nupstream's %s\ndrascope-scheduler's %s",
+					seed, len(upstream.victims), upstream.victims, len(drascope.victims), drascope.victims, upstream.timeline, drascope.timeline)
+			}
+		})
 	}
-	wg.Wait()
 }
 
 // startUpstreamScheduler runs bin/drascope-scheduler with one profile of
@@ -75,28 +70,47 @@ profiles:
 	runSchedulerBinary(t, "upstream-scheduler", config, "--leader-elect=false")
 }
 
+type cpuCaseResult struct {
+	victims  []string
+	timeline string
+}
+
 // runCPUCase builds the plan's cluster with CPUs for GPUs and returns the
 // pods preempted once it settled.
-func runCPUCase(t *testing.T, plan soakPlan, scheduler string) []string {
+func runCPUCase(t *testing.T, plan soakPlan, scheduler string) cpuCaseResult {
 	s := newScenario(t, nil)
 	victims := s.playKubelet()
 	class := s.priorityClasses()
-	var nodes []string
-	for i, cpus := range plan.nodes {
-		nodes = append(nodes, s.addCPUNode(fmt.Sprintf("n%d", i), cpus))
+	// One node with all the plan's CPUs: with several, the two runs place
+	// the holders differently (equal scores are broken at random) and
+	// preempt on different nodes (so are equal candidates), and victim
+	// counts may differ with both schedulers right.
+	cpus := 0
+	for _, n := range plan.nodes {
+		cpus += n
 	}
+	nodes := []string{s.addCPUNode("n0", cpus)}
 	for i, priority := range plan.holders {
 		s.addCPUPod(fmt.Sprintf("holder-%d", i), scheduler, 1, withPriorityClass(class(priority, false)), onNodes(nodes))
 	}
 	for i := range plan.holders {
 		s.waitForPodScheduled(fmt.Sprintf("holder-%d", i))
 	}
+	// Each pod once the last has settled, and a pod left pending deleted:
+	// where pending pods race for CPU that preemption frees, upstream's
+	// own victim counts vary from run to run, and the comparison would
+	// measure the race. So each preemption decision is made on the same
+	// bound pods under both schedulers.
 	for _, p := range plan.stream {
-		time.Sleep(p.gap)
 		s.addCPUPod(p.name, scheduler, p.gpus, withPriorityClass(class(p.priority, p.never)), onNodes(nodes))
+		s.settleStream(victims, soakPlan{nodes: plan.nodes, holders: plan.holders, stream: []soakPod{p}})
+		if pod := s.getPod(p.name); pod.Spec.NodeName == "" {
+			if err := env.client.CoreV1().Pods(s.namespace).Delete(s.ctx, p.name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatalf("deleting pending pod %s: %v", p.name, err)
+			}
+		}
 	}
-	s.settleStream(victims, plan)
-	return victims.list()
+	return cpuCaseResult{victims: victims.list(), timeline: s.preemptionTimeline()}
 }
 
 // addCPUNode creates a Ready node with cpus CPUs and no devices.
