@@ -244,7 +244,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		w := pl.newWhatIf(view, claims)
 		if w != nil {
 			state.Write(whatIfStateKey, w)
-			if node := pl.nominatedNodeAwaitingVictims(pod, nodes, w); node != "" {
+			if node := pl.nominatedNodeAwaitingVictims(ctx, pod, nodes, w); node != "" {
 				klog.FromContext(ctx).V(4).Info("Staying on the nominated node while its victims' devices are released", "pod", klog.KObj(pod), "node", node)
 				return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
 			}

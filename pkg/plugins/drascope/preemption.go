@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -52,6 +53,9 @@ type whatIf struct {
 	// in parallel, each on a clone.
 	removed map[types.UID]*v1.Pod
 	added   []*v1.Pod
+	// preempting is set on a clone once a dry run removed a victim, and
+	// stays set while victims are reprieved (added back) one by one.
+	preempting bool
 	// releasing is shared by every clone: read once, when a dry run
 	// first needs it.
 	releasing *releasing
@@ -81,7 +85,7 @@ func (w *whatIf) Clone() fwk.StateData {
 	return &clone
 }
 
-func (w *whatIf) changed() bool { return len(w.removed) > 0 || len(w.added) > 0 }
+func (w *whatIf) changed() bool { return len(w.removed) > 0 || len(w.added) > 0 || w.preempting }
 
 func whatIfIn(state fwk.CycleState) *whatIf {
 	if state == nil {
@@ -145,6 +149,7 @@ func (pl *DRAScope) RemovePod(_ context.Context, state fwk.CycleState, _ *v1.Pod
 		return nil
 	}
 	w.removed[pod.UID] = pod
+	w.preempting = true
 	return nil
 }
 
@@ -200,7 +205,7 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 	for _, allocation := range pl.allocationsFreedBy(w.removed, w.removed, podsOn(nodeInfo, w.added)) {
 		n.Free(allocation)
 	}
-	if len(w.removed) > 0 {
+	if w.preempting {
 		// A preemption dry run: devices whose pods are gone are as good
 		// as free. Counted in use, they would make preemption choose
 		// victims for devices already on their way to the preemptor
@@ -283,7 +288,12 @@ func (pl *DRAScope) take(ctx context.Context, n *dryrun.Node, pod *v1.Pod, own [
 		return nothingToTake
 	}
 	results, err := n.Allocate(ctx, toAllocate)
-	if err != nil || results == nil {
+	switch {
+	case err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode):
+		// A CEL or class problem, or the time is up: nothing can be
+		// said of its devices.
+		return nothingToTake
+	case results == nil:
 		return shortOfDevices
 	}
 	for i := range results {
@@ -461,14 +471,17 @@ func (pl *DRAScope) isSchedulableAfterVictimGone(logger klog.Logger, pod *v1.Pod
 }
 
 // nominatedNodeAwaitingVictims returns the node a preemptor is nominated
-// to while devices there are still on their way out (pods marked
-// preempted or being deleted hold claims there, or claims whose pods are
-// all gone hold its devices): the preemptor then stays with that node.
+// to while its victims' devices there are on their way out, if it fits
+// there once they are free: the preemptor then stays with that node.
 // Tried on every node, it could bind on another node whose devices are
 // freed first, by the victims of a preemptor of lower priority, leaving
 // its own victims preempted for nothing and the other preemptor to
-// preempt again.
-func (pl *DRAScope) nominatedNodeAwaitingVictims(pod *v1.Pod, nodes []fwk.NodeInfo, w *whatIf) string {
+// preempt again. Victims are pods of lower priority holding claims that
+// the scheduler marked preempted, for their grace period and
+// victimGraceSlack after (a victim stuck terminating does not hold the
+// preemptor for ever), and the pods gone whose claims are still
+// allocated.
+func (pl *DRAScope) nominatedNodeAwaitingVictims(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo, w *whatIf) string {
 	nominated := pod.Status.NominatedNodeName
 	if nominated == "" || !mayPreempt(pod) {
 		return ""
@@ -477,19 +490,53 @@ func (pl *DRAScope) nominatedNodeAwaitingVictims(pod *v1.Pod, nodes []fwk.NodeIn
 	if i < 0 {
 		return ""
 	}
-	for _, info := range nodes[i].GetPods() {
-		if other := info.GetPod(); len(other.Spec.ResourceClaims) > 0 && (other.DeletionTimestamp != nil || preempted(other)) {
-			return nominated
+	nodeInfo := nodes[i]
+	priority := corev1helpers.PodPriority(pod)
+	leaving := map[types.UID]*v1.Pod{}
+	for _, info := range nodeInfo.GetPods() {
+		if other := info.GetPod(); len(other.Spec.ResourceClaims) > 0 && corev1helpers.PodPriority(other) < priority && recentlyPreempted(other, time.Now()) {
+			leaving[other.UID] = other
 		}
 	}
+	n := w.cycle.Node(nodeInfo.Node())
+	for _, allocation := range pl.allocationsFreedBy(leaving, leaving, podsOn(nodeInfo, nil)) {
+		n.Free(allocation)
+	}
+	releasing := false
 	for _, allocation := range w.releasingAllocations(pl) {
 		for _, result := range allocation.Devices.Results {
 			if w.cycle.NodeOf(result.Driver, result.Pool) == nominated {
-				return nominated
+				releasing = true
 			}
 		}
+		n.Free(allocation)
 	}
-	return ""
+	if len(leaving) == 0 && !releasing {
+		return ""
+	}
+	if results, err := n.Allocate(ctx, w.claims); err != nil || results == nil {
+		// Its nomination is stale (a pod of higher priority took the
+		// devices): every node is offered again.
+		return ""
+	}
+	return nominated
+}
+
+// victimGraceSlack is how long after its grace period a preempted pod is
+// still waited for.
+const victimGraceSlack = 30 * time.Second
+
+// recentlyPreempted reports whether the scheduler marked the pod as
+// preempted no longer ago than its grace period and victimGraceSlack.
+func recentlyPreempted(pod *v1.Pod, now time.Time) bool {
+	i := slices.IndexFunc(pod.Status.Conditions, func(c v1.PodCondition) bool {
+		return c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue && c.Reason == v1.PodReasonPreemptionByScheduler
+	})
+	if i < 0 {
+		return false
+	}
+	grace := time.Duration(ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, v1.DefaultTerminationGracePeriodSeconds)) * time.Second
+	return now.Sub(pod.Status.Conditions[i].LastTransitionTime.Time) <= grace+victimGraceSlack
 }
 
 // preempted reports whether the scheduler marked the pod as preempted.
@@ -512,8 +559,8 @@ func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v
 	if status.Code() != fwk.Unschedulable {
 		return result, status
 	}
-	// A preemptor staying on its nominated node (PreFilter offered only
-	// that node) is checked even where preemption would look at no node:
+	// A nominated pod is checked even where preemption would look at no
+	// node (PreFilter may have offered only its nominated node):
 	// DefaultPreemption, finding no candidate, would clear its nomination.
 	if !mayPreempt(pod) || (pod.Status.NominatedNodeName == "" && !preemptionMayLook(statuses, pl.handle)) {
 		return result, status

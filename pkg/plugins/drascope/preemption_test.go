@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -307,12 +308,22 @@ func withClass(claim *resourceapi.ResourceClaim, class string) *resourceapi.Reso
 	return claim
 }
 
-// A preemptor stays with its nominated node while pods there that hold
-// claims are being preempted or deleted, and only then.
+// A preemptor stays with its nominated node while pods of lower priority
+// there that the scheduler marked preempted are leaving, if it fits there
+// once they are gone; not for a victim stuck past its grace period, nor
+// for a stale nomination.
 func TestPreemptorStaysOnItsNominatedNodeWhileVictimsLeave(t *testing.T) {
-	leaving := func(mark func(*v1.Pod)) fwk.NodeInfo {
-		victim := holder("training-0", 0, "a")
-		mark(victim)
+	now := time.Now()
+	markedAt := func(at time.Time) func(*v1.Pod) {
+		return func(p *v1.Pod) {
+			p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler, LastTransitionTime: metav1.NewTime(at)}}
+		}
+	}
+	leaving := func(priority int32, marks ...func(*v1.Pod)) fwk.NodeInfo {
+		victim := holder("training-0", priority, "a")
+		for _, mark := range marks {
+			mark(victim)
+		}
 		return nodeInfo("node-0", victim, holder("training-1", 0, "shared"))
 	}
 	nominated := func(policy v1.PreemptionPolicy) *v1.Pod {
@@ -320,30 +331,55 @@ func TestPreemptorStaysOnItsNominatedNodeWhileVictimsLeave(t *testing.T) {
 		pod.Spec.NodeName, pod.Status.NominatedNodeName, pod.Spec.PreemptionPolicy = "", "node-0", &policy
 		return pod
 	}
-	markedPreempted := func(p *v1.Pod) {
-		p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler}}
-	}
-	beingDeleted := func(p *v1.Pod) { p.DeletionTimestamp = &metav1.Time{} }
+	beingDeleted := func(p *v1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} }
 	for name, tc := range map[string]struct {
-		pod  *v1.Pod
-		node fwk.NodeInfo
-		want string
+		pod    *v1.Pod
+		node   fwk.NodeInfo
+		wanted *resourceapi.ResourceClaim
+		want   string
 	}{
-		"a victim marked preempted":  {pod: nominated(v1.PreemptLowerPriority), node: leaving(markedPreempted), want: "node-0"},
-		"a victim being deleted":     {pod: nominated(v1.PreemptLowerPriority), node: leaving(beingDeleted), want: "node-0"},
-		"nothing leaves the node":    {pod: nominated(v1.PreemptLowerPriority), node: leaving(func(*v1.Pod) {})},
-		"a pod that may not preempt": {pod: nominated(v1.PreemptNever), node: leaving(markedPreempted)},
+		"a victim marked preempted":                   {pod: nominated(v1.PreemptLowerPriority), node: leaving(0, markedAt(now)), want: "node-0"},
+		"a victim marked preempted and being deleted": {pod: nominated(v1.PreemptLowerPriority), node: leaving(0, markedAt(now), beingDeleted), want: "node-0"},
+		"a victim stuck past its grace period":        {pod: nominated(v1.PreemptLowerPriority), node: leaving(0, markedAt(now.Add(-2*time.Minute)))},
+		"a pod being deleted, not preempted":          {pod: nominated(v1.PreemptLowerPriority), node: leaving(0, beingDeleted)},
+		"a preempted pod of the preemptor's priority": {pod: nominated(v1.PreemptLowerPriority), node: leaving(100, markedAt(now))},
+		"nothing leaves the node":                     {pod: nominated(v1.PreemptLowerPriority), node: leaving(0)},
+		"a pod that may not preempt":                  {pod: nominated(v1.PreemptNever), node: leaving(0, markedAt(now))},
+		"a stale nomination: two GPUs, one leaving": {pod: nominated(v1.PreemptLowerPriority), node: leaving(0, markedAt(now)),
+			wanted: withCount(gpuClaim("wanted", nil), 2)},
 		"nominated to a node not among them": {pod: func() *v1.Pod {
 			p := nominated(v1.PreemptLowerPriority)
 			p.Status.NominatedNodeName = "node-1"
 			return p
-		}(), node: leaving(markedPreempted)},
+		}(), node: leaving(0, markedAt(now))},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := newDryRunCluster(t)
-			if got := c.pl.nominatedNodeAwaitingVictims(tc.pod, []fwk.NodeInfo{tc.node}, whatIfIn(c.state)); got != tc.want {
+			w := whatIfIn(c.state)
+			if tc.wanted != nil {
+				w.claims = []*resourceapi.ResourceClaim{tc.wanted}
+			}
+			if got := c.pl.nominatedNodeAwaitingVictims(context.Background(), tc.pod, []fwk.NodeInfo{tc.node}, w); got != tc.want {
 				t.Errorf("nominatedNodeAwaitingVictims = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// Devices whose pods are gone count as free in a preemption dry run, also
+// once every victim has been reprieved: otherwise the last victim could
+// not be reprieved, and would be preempted for nothing.
+func TestDryRunCountsReleasingDevicesFree(t *testing.T) {
+	c := newDryRunCluster(t)
+	w := whatIfIn(c.state)
+	w.releasing = &releasing{}
+	w.releasing.once.Do(func() {
+		w.releasing.allocations = []*resourceapi.AllocationResult{{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-1", false)}}}}
+	})
+	state := c.state.Clone()
+	c.remove(t, state, "training-0")
+	c.add(t, state, "training-0")
+	if status := c.pl.Filter(context.Background(), state, c.preemptor, c.node); !status.IsSuccess() {
+		t.Errorf("Filter with training-0 reprieved and gpu-1 being released: %v, want success", status)
 	}
 }
