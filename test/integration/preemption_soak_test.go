@@ -28,7 +28,10 @@ import (
 //   - a preemptor preempts on one node only, unless a pod of higher
 //     priority than it was bound on that node after it chose its victims
 //     (that pod may take them, as upstream allows: "overtaken"); an
-//     overtaken preemptor preempts at most its GPUs plus theirs;
+//     overtaken preemptor preempts at most one round (its GPUs) more for
+//     each pod that overtook it;
+//   - a pod preempted "in kube-scheduler memory" (not yet bound, sent
+//     back to the queue) is no victim: nobody was evicted;
 //   - a preemptor that is not overtaken binds, on the node of its
 //     victims: victims are never preempted for nothing;
 //   - every pod left pending says why (PodScheduled False, Unschedulable,
@@ -40,6 +43,7 @@ var (
 	soakCases = flag.Int("preemption-soak-cases", 0, "cases of the randomized preemption soak (0: 200, or 2000 with -preemption-soak-long)")
 	soakLong  = flag.Bool("preemption-soak-long", false, "run 2000 soak cases")
 	soakSeed  = flag.Uint64("preemption-soak-seed", 0, "run only the soak case of this seed")
+	soakFirst = flag.Uint64("preemption-soak-first-seed", 1, "the seed of the soak's first case (the others follow it)")
 	// Cases run side by side, each in its own namespace on its own nodes.
 	// At 6, the soak still finds over-evictions (docs/preemption.md,
 	// "Known gaps"); make test runs 2.
@@ -60,7 +64,7 @@ func TestPreemptionSoak(t *testing.T) {
 		seeds = append(seeds, *soakSeed)
 	} else {
 		for i := range cases {
-			seeds = append(seeds, uint64(i)+1)
+			seeds = append(seeds, *soakFirst+uint64(i))
 		}
 	}
 	var totals soakTotals
@@ -248,9 +252,11 @@ type soakPreemptor struct {
 	gpus int
 	// victims by node.
 	victims map[string][]string
-	// overtakenBy counts the GPUs that pods of higher priority, bound on
-	// a node where the preemptor chose victims after it chose them, took:
-	// it may need that many victims more.
+	// overtakenBy counts the pods of higher priority bound on a node
+	// where the preemptor chose victims, after it chose them. Each may
+	// have taken what its victims freed, and send it to preempt anew,
+	// where DefaultPreemption may pick a node with more victims of lower
+	// priority (it prefers low-priority victims to few victims).
 	overtakenBy int
 	boundTo     string
 }
@@ -288,6 +294,11 @@ func (s *scenario) analyzeSoak(plan soakPlan) (soakAnalysis, error) {
 	for _, e := range events {
 		switch e.reason {
 		case "Preempted":
+			if strings.Contains(e.note, "(in kube-scheduler memory)") {
+				// A pod not yet bound, sent back to the queue: nobody
+				// was evicted.
+				continue
+			}
 			name, ok := nameOf[e.by]
 			if !ok {
 				a.strangers = append(a.strangers, e.pod)
@@ -317,7 +328,7 @@ func (s *scenario) analyzeSoak(plan soakPlan) (soakAnalysis, error) {
 		for node, at := range chose[name] {
 			for other, bound := range boundAt {
 				if boundTo[other] == node && priority[other] > priority[name] && !bound.Before(at) {
-					p.overtakenBy += gpus[other]
+					p.overtakenBy++
 				}
 			}
 		}
@@ -352,8 +363,8 @@ func (s *scenario) checkSoakInvariants(plan soakPlan) soakResult {
 		result.victims += len(victims)
 		if p.overtakenBy > 0 {
 			result.overtaken++
-			if len(victims) > p.gpus+p.overtakenBy {
-				report("%s (%d GPUs) preempted %d pods %v; pods of higher priority took at most %d GPUs where it preempted", name, p.gpus, len(victims), victims, p.overtakenBy)
+			if len(victims) > p.gpus*(1+p.overtakenBy) {
+				report("%s (%d GPUs) preempted %d pods %v: more than a round for each of the %d pods of higher priority that overtook it", name, p.gpus, len(victims), victims, p.overtakenBy)
 			}
 			continue
 		}
