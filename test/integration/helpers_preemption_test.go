@@ -31,12 +31,12 @@ const settleTime = 3 * time.Second
 func (s *scenario) settle(victims *preempted) {
 	s.t.Helper()
 	last, since := len(victims.list()), time.Now()
-	for time.Since(since) < settleTime {
-		time.Sleep(100 * time.Millisecond)
+	_ = wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, false, func(context.Context) (bool, error) {
 		if n := len(victims.list()); n != last {
 			last, since = n, time.Now()
 		}
-	}
+		return time.Since(since) >= settleTime, nil
+	})
 }
 
 // schedulingEvent is one scheduler event of a scenario: a pod bound, a

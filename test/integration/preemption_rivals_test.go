@@ -3,7 +3,6 @@ package integration
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,7 +79,10 @@ func runRivalsCase(t *testing.T, tc rivalsCase) {
 		}
 		s.addPodWith(fmt.Sprintf("never-%d", i), schedulerName, fromTemplate("gpu"), withPriorityClass(class))
 	}
-	time.Sleep(time.Second)
+	// The rivals are queued, refused, before the preemptors come.
+	for i := range tc.rivals {
+		s.waitForPodUnschedulable(fmt.Sprintf("never-%d", i))
+	}
 	for i := range tc.preemptors {
 		s.addPodWith(fmt.Sprintf("urgent-%d", i), schedulerName, fromTemplate("two-gpus"), withPriorityClass(urgent))
 	}

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // The randomized preemption soak (docs/preemption.md, "What is tested").
@@ -189,7 +191,7 @@ func runSoakCase(t *testing.T, seed uint64) soakResult {
 		s.waitForPodScheduled(fmt.Sprintf("holder-%d", i))
 	}
 	for _, p := range plan.stream {
-		time.Sleep(p.gap)
+		time.Sleep(p.gap) // the plan's arrival gap: the stream's timing is what the soak varies
 		s.addPodWith(p.name, schedulerName, fromTemplate(fmt.Sprintf("gpus-%d", p.gpus)), withPriorityClass(class(p.priority, p.never)), onCaseNodes)
 	}
 	s.settleStream(victims, plan)
@@ -201,7 +203,6 @@ func runSoakCase(t *testing.T, seed uint64) soakResult {
 // preemptor that no pod of higher priority overtook is bound; or for
 // waitTimeout (the check then reports what is wrong).
 func (s *scenario) settleStream(victims *preempted, plan soakPlan) {
-	deadline := time.Now().Add(waitTimeout)
 	state := func() string {
 		pods, err := env.client.CoreV1().Pods(s.namespace).List(s.ctx, metav1.ListOptions{})
 		if err != nil {
@@ -233,18 +234,16 @@ func (s *scenario) settleStream(victims *preempted, plan soakPlan) {
 		return true
 	}
 	last, since := state(), time.Now()
-	for time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
-		now := state()
-		if now != last {
+	err := wait.PollUntilContextTimeout(s.ctx, 200*time.Millisecond, waitTimeout, false, func(context.Context) (bool, error) {
+		if now := state(); now != last {
 			last, since = now, time.Now()
-			continue
+			return false, nil
 		}
-		if time.Since(since) >= settleTime && settled(now) {
-			return
-		}
+		return time.Since(since) >= settleTime && settled(last), nil
+	})
+	if err != nil {
+		s.t.Logf("the case did not settle within %v; checking it as it is: %s", waitTimeout, last)
 	}
-	s.t.Logf("the case did not settle within %v; checking it as it is: %s", waitTimeout, last)
 }
 
 // soakPreemptor is what the events say of one preemptor.
