@@ -194,32 +194,41 @@ func (c *Cycle) Node(node *v1.Node) *Node {
 }
 
 // Free marks the devices an allocation holds as free, except those the
-// cycle keeps in use for no claim. Devices of pools the node cannot reach
-// are not part of the node's share and change nothing.
-func (n *Node) Free(allocation *resourceapi.AllocationResult) {
+// cycle keeps in use for no claim, and reports whether any was in use.
+// Devices of pools the node cannot reach are not part of the node's share
+// and change nothing.
+func (n *Node) Free(allocation *resourceapi.AllocationResult) bool {
+	freed := false
 	n.each(allocation, func(id structured.DeviceID) {
-		if !n.cycle.kept.Has(id) {
+		if !n.cycle.kept.Has(id) && n.state.AllocatedDevices.Has(id) {
 			n.state.AllocatedDevices.Delete(id)
+			freed = true
 		}
 	}, func(id structured.SharedDeviceID, consumed *structured.DeviceConsumedCapacity) {
 		if !n.state.AllocatedSharedDeviceIDs.Has(id) {
 			return
 		}
 		n.state.AllocatedSharedDeviceIDs.Delete(id)
+		freed = true
 		if consumed != nil {
 			n.state.AggregatedCapacity.Remove(*consumed)
 		}
 	})
+	return freed
 }
 
 // FreeAllBut marks as free every device of the node's share that is not in
-// inUse (nor kept): the devices released since the cycle began.
-func (n *Node) FreeAllBut(inUse sets.Set[structured.DeviceID]) {
+// inUse (nor kept), and reports whether there was one: the devices
+// released since the cycle began.
+func (n *Node) FreeAllBut(inUse sets.Set[structured.DeviceID]) bool {
+	freed := false
 	for id := range n.state.AllocatedDevices {
 		if !inUse.Has(id) && !n.cycle.kept.Has(id) {
 			n.state.AllocatedDevices.Delete(id)
+			freed = true
 		}
 	}
+	return freed
 }
 
 // Take marks the devices an allocation holds as in use.

@@ -287,7 +287,20 @@ func (s *scenario) analyzeSoak(plan soakPlan) (soakAnalysis, error) {
 	for _, e := range events {
 		nameOf[e.uid] = e.pod
 	}
+	// When each preemptor first chose victims on each node: its
+	// FailedScheduling note names the node, and its victims' Preempted
+	// events follow at once. Events are best effort (seen: a
+	// preemptor's "potential placement" note missing under load), so
+	// whichever of the two comes first counts.
 	chose := map[string]map[string]time.Time{} // preemptor -> node -> when
+	choosing := func(preemptor, node string, at time.Time) {
+		if chose[preemptor] == nil {
+			chose[preemptor] = map[string]time.Time{}
+		}
+		if chose[preemptor][node].IsZero() {
+			chose[preemptor][node] = at
+		}
+	}
 	boundAt := map[string]time.Time{}
 	boundTo := map[string]string{}
 	for _, e := range events {
@@ -309,16 +322,12 @@ func (s *scenario) analyzeSoak(plan soakPlan) (soakAnalysis, error) {
 				a.preemptors[name] = p
 			}
 			p.victims[e.node] = append(p.victims[e.node], e.pod)
+			choosing(name, e.node, e.at)
 		case "Scheduled":
 			boundAt[e.pod], boundTo[e.pod] = e.at, e.node
 		case "FailedScheduling":
 			if m := potentialPlacement.FindStringSubmatch(e.note); m != nil {
-				if chose[e.pod] == nil {
-					chose[e.pod] = map[string]time.Time{}
-				}
-				if chose[e.pod][m[1]].IsZero() {
-					chose[e.pod][m[1]] = e.at
-				}
+				choosing(e.pod, m[1], e.at)
 			}
 		}
 	}

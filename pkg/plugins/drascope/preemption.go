@@ -61,21 +61,52 @@ type whatIf struct {
 	releasing *releasing
 }
 
-// releasing are the allocations of claims whose pods are all gone, which
-// the resourceclaim controller is about to deallocate, as read once in a
-// cycle.
+// releasing is a cycle's releaseView, read once.
 type releasing struct {
-	once        sync.Once
-	allocations []*resourceapi.AllocationResult
+	once sync.Once
+	view releaseView
 }
 
-// releasingAllocations returns the cycle's releasing allocations.
-func (w *whatIf) releasingAllocations(pl *DRAScope) []*resourceapi.AllocationResult {
-	if w.releasing == nil {
-		return nil
+// releaseView is what the claims, as the tracker shows them now, say of
+// devices on their way out.
+type releaseView struct {
+	// allocations are those of claims whose consumers are all gone: the
+	// resourceclaim controller is about to deallocate them.
+	allocations []*resourceapi.AllocationResult
+	// held are the devices the claims hold, allocated or in flight; nil
+	// when the claims could not be listed. The in-use set a cycle starts
+	// from is upstream's allocated-devices tracker, which its own informer
+	// handler updates, apart from the assume cache that lists the claims:
+	// for a moment after a claim is deallocated or deleted, the in-use set
+	// can still count devices no claim holds, while the claim no longer
+	// shows them as releasing. Counted in use, they made a nominated
+	// preemptor whose last victim's claim had just been deallocated look
+	// short of devices: DefaultPreemption then found no candidate, cleared
+	// its nomination, and a pod of lower priority took its devices (soak
+	// seed 231 at six cases at once). Those devices are free.
+	held sets.Set[structured.DeviceID]
+}
+
+// freeOn marks the view's devices on their way out as free on a node's
+// share, and reports whether any of them were in use there.
+func (v releaseView) freeOn(n *dryrun.Node) bool {
+	freed := false
+	for _, allocation := range v.allocations {
+		freed = n.Free(allocation) || freed
 	}
-	w.releasing.once.Do(func() { w.releasing.allocations = pl.releasingAllocations() })
-	return w.releasing.allocations
+	if v.held != nil {
+		freed = n.FreeAllBut(v.held) || freed
+	}
+	return freed
+}
+
+// releaseView returns the cycle's release view.
+func (w *whatIf) releaseView(pl *DRAScope) releaseView {
+	if w.releasing == nil {
+		return releaseView{}
+	}
+	w.releasing.once.Do(func() { w.releasing.view = pl.readReleaseView() })
+	return w.releasing.view
 }
 
 func (w *whatIf) Clone() fwk.StateData {
@@ -210,9 +241,7 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 		// as free. Counted in use, they would make preemption choose
 		// victims for devices already on their way to the preemptor
 		// (or to a pod nominated before it).
-		for _, allocation := range w.releasingAllocations(pl) {
-			n.Free(allocation)
-		}
+		w.releaseView(pl).freeOn(n)
 	}
 	var nominated []string
 	var keptClasses sets.Set[string]
@@ -502,14 +531,16 @@ func (pl *DRAScope) nominatedNodeAwaitingVictims(ctx context.Context, pod *v1.Po
 	for _, allocation := range pl.allocationsFreedBy(leaving, leaving, podsOn(nodeInfo, nil)) {
 		n.Free(allocation)
 	}
-	releasing := false
-	for _, allocation := range w.releasingAllocations(pl) {
+	// Devices leave the node while its victims' claims are on their way
+	// to deallocation, and a moment after (releaseView.held).
+	view := w.releaseView(pl)
+	releasing := view.freeOn(n)
+	for _, allocation := range view.allocations {
 		for _, result := range allocation.Devices.Results {
 			if w.cycle.NodeOf(result.Driver, result.Pool) == nominated {
 				releasing = true
 			}
 		}
-		n.Free(allocation)
 	}
 	if len(leaving) == 0 && !releasing {
 		return ""
@@ -596,12 +627,12 @@ func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, p
 	if w == nil {
 		return ""
 	}
-	releasing := pl.releasingAllocations()
+	releasing := pl.readReleaseView()
 	var nodes []string
 	if nominated := pod.Status.NominatedNodeName; nominated != "" {
 		nodes = append(nodes, nominated)
 	}
-	for _, allocation := range releasing {
+	for _, allocation := range releasing.allocations {
 		for _, result := range allocation.Devices.Results {
 			if node := w.cycle.NodeOf(result.Driver, result.Pool); node != "" && !slices.Contains(nodes, node) {
 				nodes = append(nodes, node)
@@ -632,9 +663,7 @@ func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, p
 		}
 		n := w.cycle.Node(nodeInfo.Node())
 		n.FreeAllBut(inUse)
-		for _, allocation := range releasing {
-			n.Free(allocation)
-		}
+		releasing.freeOn(n)
 		if results, err := n.Allocate(ctx, w.claims); err == nil && results != nil {
 			return name
 		}
@@ -642,24 +671,33 @@ func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, p
 	return ""
 }
 
-// releasingAllocations are the allocations of claims whose consumers are
-// all gone (deleted, or finished): the resourceclaim controller is about to
-// deallocate them.
-func (pl *DRAScope) releasingAllocations() []*resourceapi.AllocationResult {
+// readReleaseView reads the claims as the tracker shows them now: the
+// allocations of claims whose consumers are all gone (deleted, or
+// finished), which the resourceclaim controller is about to deallocate,
+// and every device a claim holds or is being allocated.
+func (pl *DRAScope) readReleaseView() releaseView {
 	claims, err := pl.claims.List()
 	if err != nil {
-		return nil
+		return releaseView{}
 	}
-	var releasing []*resourceapi.AllocationResult
+	view := releaseView{held: sets.New[structured.DeviceID]()}
 	for _, claim := range claims {
-		if claim.Status.Allocation == nil || len(claim.Status.ReservedFor) == 0 {
+		allocation := claim.Status.Allocation
+		if allocation == nil {
+			allocation = pl.claims.GetPendingAllocation(claim.UID)
+		}
+		if allocation == nil {
 			continue
 		}
-		if !slices.ContainsFunc(claim.Status.ReservedFor, pl.consumerRuns(claim.Namespace)) {
-			releasing = append(releasing, claim.Status.Allocation)
+		for _, result := range allocation.Devices.Results {
+			view.held.Insert(structured.MakeDeviceID(result.Driver, result.Pool, result.Device))
+		}
+		if claim.Status.Allocation != nil && len(claim.Status.ReservedFor) > 0 &&
+			!slices.ContainsFunc(claim.Status.ReservedFor, pl.consumerRuns(claim.Namespace)) {
+			view.allocations = append(view.allocations, claim.Status.Allocation)
 		}
 	}
-	return releasing
+	return view
 }
 
 // consumerRuns reports whether a consumer may still use its claim: it is

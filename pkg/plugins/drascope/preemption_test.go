@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -374,7 +376,7 @@ func TestDryRunCountsReleasingDevicesFree(t *testing.T) {
 	w := whatIfIn(c.state)
 	w.releasing = &releasing{}
 	w.releasing.once.Do(func() {
-		w.releasing.allocations = []*resourceapi.AllocationResult{{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-1", false)}}}}
+		w.releasing.view.allocations = []*resourceapi.AllocationResult{{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-1", false)}}}}
 	})
 	state := c.state.Clone()
 	c.remove(t, state, "training-0")
@@ -382,4 +384,61 @@ func TestDryRunCountsReleasingDevicesFree(t *testing.T) {
 	if status := c.pl.Filter(context.Background(), state, c.preemptor, c.node); !status.IsSuccess() {
 		t.Errorf("Filter with training-0 reprieved and gpu-1 being released: %v, want success", status)
 	}
+}
+
+// The in-use set a cycle starts from (upstream's allocated-devices tracker)
+// can lag the claims the tracker lists: for a moment after the last
+// victim's claim is deallocated, its device is still counted in use, and
+// the claim no longer shows it as releasing. The device is free: a
+// nominated preemptor stays on its node, and a preemption dry run needs no
+// victim for it.
+func TestDeviceOfADeallocatedClaimIsFreeWhileTheInUseSetLags(t *testing.T) {
+	deallocated := gpuClaim("a", nil) // gpu-0, still in the cycle's in-use set
+	inference0 := holder("inference-0", 100, "shared")
+	training1 := holder("training-1", 0, "shared")
+	// The pods that run, for the claims' consumers.
+	running := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, pod := range []*v1.Pod{holder("training-0", 0, "a"), inference0, training1} {
+		if err := running.Add(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pods := corelisters.NewPodLister(running)
+
+	t.Run("the nominated preemptor stays", func(t *testing.T) {
+		c := newDryRunCluster(t, deallocated)
+		c.pl.pods = pods
+		pod := holder("preemptor", 100, "wanted")
+		pod.Spec.NodeName, pod.Status.NominatedNodeName = "", "node-0"
+		w := whatIfIn(c.state)
+		w.releasing = &releasing{}
+		node := nodeInfo("node-0", training1, inference0)
+		if got := c.pl.nominatedNodeAwaitingVictims(context.Background(), pod, []fwk.NodeInfo{node}, w); got != "node-0" {
+			t.Errorf("nominatedNodeAwaitingVictims = %q, want node-0: gpu-0's claim is deallocated", got)
+		}
+	})
+	t.Run("a preemption dry run counts it free", func(t *testing.T) {
+		c := newDryRunCluster(t, deallocated)
+		c.pl.pods = pods
+		c.node = nodeInfo("node-0", training1, inference0)
+		w := whatIfIn(c.state)
+		w.releasing = &releasing{}
+		state := c.state.Clone()
+		c.remove(t, state, "training-1") // shares gpu-1 with inference-0: frees nothing
+		if status := c.pl.Filter(context.Background(), state, c.preemptor, c.node); !status.IsSuccess() {
+			t.Errorf("Filter with gpu-0's claim deallocated: %v, want success", status)
+		}
+	})
+	t.Run("a device a claim holds stays in use", func(t *testing.T) {
+		c := newDryRunCluster(t)
+		c.pl.pods = pods
+		c.node = nodeInfo("node-0", training1, inference0)
+		w := whatIfIn(c.state)
+		w.releasing = &releasing{}
+		state := c.state.Clone()
+		c.remove(t, state, "training-1")
+		if status := c.pl.Filter(context.Background(), state, c.preemptor, c.node); status.IsSuccess() {
+			t.Error("Filter with gpu-0 allocated to claim a succeeded, want a shortage")
+		}
+	})
 }

@@ -1,6 +1,8 @@
 package drascope
 
 import (
+	"maps"
+	"slices"
 	"fmt"
 	"testing"
 
@@ -87,6 +89,10 @@ func (c claimsAt) Get(_, name string) (*resourceapi.ResourceClaim, error) {
 		return claim, nil
 	}
 	return nil, fmt.Errorf("claim %s not found", name)
+}
+
+func (c claimsAt) List() ([]*resourceapi.ResourceClaim, error) {
+	return slices.Collect(maps.Values(c.now)), nil
 }
 
 func (c claimsAt) GetPendingAllocation(uid types.UID) *resourceapi.AllocationResult {
