@@ -95,6 +95,21 @@ const (
 	DeviceHealthTaint DeviceHealthPolicy = "Taint"
 )
 
+// Resolve returns the policy in force: an unset policy is Taint where
+// DeviceTaintRules can be written (taintRules: the DRADeviceTaintRules gate
+// is on) and Avoid where they cannot, so that the defaults start on every
+// supported cluster; a policy that is set is returned as it is.
+func (p DeviceHealthPolicy) Resolve(taintRules bool) DeviceHealthPolicy {
+	switch {
+	case p != "":
+		return p
+	case taintRules:
+		return DeviceHealthTaint
+	default:
+		return DeviceHealthAvoid
+	}
+}
+
 // Withholds reports whether the policy keeps devices reported Unhealthy
 // from new claims (Taint and Avoid). The scheduler allocates by it, and the
 // counts of the side cache, ResourcePools and kubectl dra follow it.
@@ -104,7 +119,8 @@ func (p DeviceHealthPolicy) Withholds() bool {
 
 // DeviceHealthArgs configures health-aware allocation.
 type DeviceHealthArgs struct {
-	// Policy is Taint, Avoid or Ignore.
+	// Policy is Taint, Avoid or Ignore; empty until the scheduler resolves
+	// it at start (Resolve).
 	Policy DeviceHealthPolicy
 	// UnhealthyHoldTime is how long a device stays Unhealthy after the last
 	// pod reporting it Unhealthy is deleted or reports otherwise, when no

@@ -127,6 +127,7 @@ func (r *Runtime) Join(ctx context.Context, h Handle, args *config.DRAScopeArgs)
 		r.profiles = sets.New[string]()
 	}
 	r.profiles.Insert(h.ProfileName())
+	args = withResolvedDefaults(ctx, h.ProfileName(), args)
 	if r.first != nil {
 		if h.SharedInformerFactory() != r.informers {
 			return fmt.Errorf("the DRAScope runtime started by profile %s belongs to another scheduler: make one runtime (draruntime.New) per scheduler", r.first.name)
@@ -142,6 +143,26 @@ func (r *Runtime) Join(ctx context.Context, h Handle, args *config.DRAScopeArgs)
 	}
 	r.first = &profile{name: h.ProfileName(), args: args}
 	return nil
+}
+
+// withResolvedDefaults returns args with the defaults that depend on the
+// cluster filled in: an unset deviceHealth.policy becomes Taint where the
+// DRADeviceTaintRules gate is on and Avoid where it is off, so that the
+// shipped config starts on every supported cluster (1.35 and 1.36 have the
+// gate off by default), and one log line says which and why.
+func withResolvedDefaults(ctx context.Context, profile string, args *config.DRAScopeArgs) *config.DRAScopeArgs {
+	if args.DeviceHealth.Policy != "" {
+		return args
+	}
+	taintRules := utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules)
+	resolved := *args
+	resolved.DeviceHealth.Policy = args.DeviceHealth.Policy.Resolve(taintRules)
+	why := "the DRADeviceTaintRules feature gate is on"
+	if !taintRules {
+		why = "the DRADeviceTaintRules feature gate is off, so DeviceTaintRules cannot be written; set deviceHealth.policy to silence this"
+	}
+	klog.FromContext(ctx).Info("deviceHealth.policy is not set; using "+string(resolved.DeviceHealth.Policy), "profile", profile, "reason", why)
+	return &resolved
 }
 
 // start builds the caches, wires them to each other and to the scheduler's

@@ -15,9 +15,18 @@ import (
 func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 	tests := map[string]struct {
 		oldNew []string
+		// args are more flags for the binary.
+		args []string
 		// The output is klog's, which quotes the error: match unquoted parts.
 		want []string
 	}{
+		"policy Taint set where DeviceTaintRules are off": {
+			// Unset, the policy follows the gate (TestSchedulerBinaryAdminAccessGateOff);
+			// asked for by name, it refuses rather than run without rules.
+			oldNew: []string{"      adminAccess:", "      deviceHealth:\n        policy: Taint\n      adminAccess:"},
+			args:   []string{"--emulated-version=1.35"},
+			want:   []string{"deviceHealth.policy Taint needs the DRADeviceTaintRules feature gate; enable it or choose Avoid"},
+		},
 		"unknown field": {
 			oldNew: []string{"requireNamespaceLabel: true", "requireNamespaceLabels: true"},
 			want:   []string{".profiles[0].pluginConfig[0]", "unknown field", "adminAccess.requireNamespaceLabels"},
@@ -50,7 +59,7 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := startSchedulerBinary(logName, "--config="+config, "--leader-elect=false", "--secure-port=0")
+			b, err := startSchedulerBinary(logName, append([]string{"--config=" + config, "--leader-elect=false", "--secure-port=0"}, tc.args...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,14 +88,13 @@ func TestSchedulerBinaryRejectsInvalidArgs(t *testing.T) {
 // with a message naming the claim, the request and the gate. The binary runs
 // as deployed: shipped config (under its own profile name), leader election
 // on the shipped lease, the manifests' RBAC; as leader it also publishes
-// ResourcePools.
+// ResourcePools. Emulating 1.35 also turns DRADeviceTaintRules off: the
+// shipped config, which leaves deviceHealth.policy unset, must start there
+// with Avoid and say so.
 func TestSchedulerBinaryAdminAccessGateOff(t *testing.T) {
 	const gateOffScheduler = "drascope-gate-off"
 	config, err := writeTempConfig("gate-off",
-		// Emulating 1.35 turns DRADeviceTaintRules off, which
-		// deviceHealth.policy Taint (the default) needs.
-		shippedConfigWith(t, "schedulerName: "+schedulerName, "schedulerName: "+gateOffScheduler,
-			"      adminAccess:", "      deviceHealth:\n        policy: Avoid\n      adminAccess:"),
+		shippedConfigWith(t, "schedulerName: "+schedulerName, "schedulerName: "+gateOffScheduler),
 		env.schedulerKubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +123,13 @@ func TestSchedulerBinaryAdminAccessGateOff(t *testing.T) {
 		}
 		// The leader publishes ResourcePools: publishing follows the
 		// scheduler's leader election, which the binary wraps.
-		s.waitForResourcePool(poolObjectName(t, node), "published by the leading binary", summaryIs(2, 1, 1, 0))
+		rp := s.waitForResourcePool(poolObjectName(t, node), "published by the leading binary", summaryIs(2, 1, 1, 0))
+		if rp.Status.DeviceHealthPolicy != "Avoid" {
+			t.Errorf("ResourcePool %s: deviceHealthPolicy %q, want Avoid (unset, with DRADeviceTaintRules off)", rp.Name, rp.Status.DeviceHealthPolicy)
+		}
+		if want := `deviceHealth.policy is not set; using Avoid`; !strings.Contains(b.output(), want) {
+			t.Errorf("the scheduler's log does not say %q:\n%s", want, tail(b.output(), 40))
+		}
 
 		s.addPod("monitor", gateOffScheduler, fromTemplate("gpu-admin"))
 		pod := s.waitForPodUnschedulable("monitor",

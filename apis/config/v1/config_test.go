@@ -55,7 +55,7 @@ profiles:
 
 var (
 	defaultPoolStatus   = config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}}
-	defaultDeviceHealth = config.DeviceHealthArgs{Policy: config.DeviceHealthTaint, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}}
+	defaultDeviceHealth = config.DeviceHealthArgs{UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}}
 )
 
 func TestLoadArgs(t *testing.T) {

@@ -51,9 +51,9 @@ func SetDefaults_DRAScopeArgs(obj *DRAScopeArgs) {
 	if obj.PoolStatus.MaxPublishDelay == nil {
 		obj.PoolStatus.MaxPublishDelay = &metav1.Duration{Duration: DefaultMaxPublishDelay}
 	}
-	if obj.DeviceHealth.Policy == "" {
-		obj.DeviceHealth.Policy = DeviceHealthTaint
-	}
+	// deviceHealth.policy stays unset: the scheduler picks Taint or Avoid
+	// at start, from the DRADeviceTaintRules gate (config.DeviceHealthPolicy
+	// .Resolve), which defaulting cannot see.
 	if obj.DeviceHealth.UnhealthyHoldTime == nil {
 		obj.DeviceHealth.UnhealthyHoldTime = &metav1.Duration{Duration: DefaultUnhealthyHoldTime}
 	}

@@ -48,7 +48,7 @@ func ValidateDRAScopeArgs(path *field.Path, args *config.DRAScopeArgs, fts featu
 			d.String(), fmt.Sprintf("must be at least twice poolStatus.minPublishInterval (%v): a pool written at half of it must have been allowed to write", args.PoolStatus.MinPublishInterval.Duration)))
 	}
 	switch args.DeviceHealth.Policy {
-	case config.DeviceHealthTaint, config.DeviceHealthAvoid, config.DeviceHealthIgnore:
+	case "", config.DeviceHealthTaint, config.DeviceHealthAvoid, config.DeviceHealthIgnore:
 	default:
 		allErrs = append(allErrs, field.NotSupported(path.Child("deviceHealth", "policy"),
 			args.DeviceHealth.Policy, []config.DeviceHealthPolicy{config.DeviceHealthTaint, config.DeviceHealthAvoid, config.DeviceHealthIgnore}))
