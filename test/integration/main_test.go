@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	"k8s.io/kubernetes/pkg/controller/resourceclaim"
 	"k8s.io/utils/ptr"
 )
@@ -113,6 +114,7 @@ func setUp(ctx context.Context) error {
 
 	for _, file := range []string{
 		filepath.Join(crdsDir, "resourcepools.drascope.dev.yaml"),
+		filepath.Join(crdsDir, "resourcepool-reader.yaml"),
 		filepath.Join(manifestsDir, "serviceaccount.yaml"),
 		filepath.Join(manifestsDir, "rbac.yaml"),
 		filepath.Join(manifestsDir, "device-taint-rule-policy.yaml"),
@@ -144,7 +146,21 @@ func setUp(ctx context.Context) error {
 	}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	return startResourceClaimController(ctx, env.client)
+	if err := startResourceClaimController(ctx, env.client); err != nil {
+		return err
+	}
+	startClusterRoleAggregation(ctx, env.client)
+	return nil
+}
+
+// startClusterRoleAggregation runs kube-controller-manager's
+// clusterrole-aggregation controller, which folds roles labelled
+// aggregate-to-view (and edit, admin) into the built-in ones.
+func startClusterRoleAggregation(ctx context.Context, client kubernetes.Interface) {
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ctrl := clusterroleaggregation.NewClusterRoleAggregation(factory.Rbac().V1().ClusterRoles(), client.RbacV1())
+	factory.Start(ctx.Done())
+	go ctrl.Run(ctx, 1)
 }
 
 // redirectKlog sends klog output (the in-process scheduler's and the claim
