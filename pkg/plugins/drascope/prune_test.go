@@ -1,9 +1,9 @@
 package drascope
 
 import (
+	"fmt"
 	"maps"
 	"slices"
-	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
