@@ -20,7 +20,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)+drascope.$(DRASCOPE_VERSI
 # Integration tests: the package, and how long it may run.
 INTEGRATION_TIMEOUT ?= 30m
 
-.PHONY: all build test test-unit test-monitoring test-integration perf perf-smoke perf-scale tools sandbox generate verify clean help
+.PHONY: all build helm test test-unit test-monitoring test-chart test-integration perf perf-smoke perf-scale tools sandbox generate verify clean help
 
 all: build
 
@@ -70,7 +70,7 @@ $(BIN)/kwok-stages.yaml: hack/kwok/go.mod hack/kwok/go.sum
 $(BIN)/kubectl: go.mod go.sum
 	$(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kubectl
 
-test: test-unit test-monitoring test-integration perf-smoke ## Run all tests (unit, monitoring rules, integration on a real apiserver, scheduler_perf smoke).
+test: test-unit test-monitoring test-chart test-integration perf-smoke ## Run all tests (unit, monitoring rules, Helm chart, integration on a real apiserver, scheduler_perf smoke).
 
 test-unit: ## Unit tests: no servers.
 	$(GO) test ./apis/... ./pkg/... ./internal/... ./cmd/... ./test/perf/results/...
@@ -88,7 +88,18 @@ test-monitoring: $(BIN)/promtool ## Prometheus rules (promtool test rules) and t
 	$(BIN)/promtool test rules manifests/monitoring/tests/*.yaml
 	cd hack/prometheus && $(GO) test -count=1 ./...
 
-test-integration: build tools $(BIN)/promtool ## Integration tests on real etcd + kube-apiserver.
+# Helm has a module of its own (hack/helm), like promtool. Its test keeps
+# charts/drascope's rendered objects equal to kubectl kustomize of
+# manifests/ for each mode.
+$(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
+	cd hack/helm && $(GO) build -o $@ helm.sh/helm/v4/cmd/helm
+
+helm: $(BIN)/helm ## Build Helm into bin/ from the Go module proxy (for charts/drascope).
+
+test-chart: $(BIN)/helm $(BIN)/kubectl ## The Helm chart: helm lint, and helm template equal to kubectl kustomize of manifests/ for each mode.
+	cd hack/helm && DRASCOPE_BIN_DIR=$(BIN) $(GO) test -count=1 ./...
+
+test-integration: build tools $(BIN)/promtool $(BIN)/helm ## Integration tests on real etcd + kube-apiserver.
 	DRASCOPE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) ./test/integration/... $(if $(CI),-v,)
 
 # scheduler_perf (test/perf): every workload runs with upstream's in-tree

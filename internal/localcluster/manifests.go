@@ -32,8 +32,8 @@ var manifestCodecs = func() serializer.CodecFactory {
 }()
 
 // ApplyFile creates every object of a manifest file, exactly as written
-// there: ServiceAccounts, RBAC objects, ValidatingAdmissionPolicies and
-// their bindings, and CRDs (waiting until served).
+// there: ServiceAccounts, RBAC objects, Validating and Mutating
+// AdmissionPolicies and their bindings, and CRDs (waiting until served).
 func (cp *ControlPlane) ApplyFile(ctx context.Context, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -75,6 +75,10 @@ func Apply(ctx context.Context, config *rest.Config, path string, data []byte) e
 			_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, create)
 		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
 			_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, create)
+		case *admissionregistrationv1.MutatingAdmissionPolicy:
+			_, err = client.AdmissionregistrationV1().MutatingAdmissionPolicies().Create(ctx, o, create)
+		case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
+			_, err = client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Create(ctx, o, create)
 		case *apiextensionsv1.CustomResourceDefinition:
 			err = InstallCRD(ctx, config, o)
 		default:

@@ -1,0 +1,57 @@
+{{/*
+drascope.manifest returns a file of manifests/ (charts/drascope/files/manifests
+is a link to it), so that the chart and kustomize render the same objects.
+*/}}
+{{- define "drascope.manifest" -}}
+{{- $content := .root.Files.Get (printf "files/manifests/%s" .path) -}}
+{{- if not $content -}}
+{{- fail (printf "charts/drascope: manifests/%s is missing from the chart (is files/manifests a link to manifests/?)" .path) -}}
+{{- end -}}
+{{- $content -}}
+{{- end -}}
+
+{{/*
+drascope.configFile is the shipped scheduler config of the chosen mode.
+*/}}
+{{- define "drascope.configFile" -}}
+{{- if eq .Values.mode "secondScheduler" -}}
+scheduler/config.yaml
+{{- else if eq .Values.mode "replaceKubeScheduler" -}}
+scheduler/config-two-profiles.yaml
+{{- else -}}
+{{- fail (printf "mode: %q is not supported: use secondScheduler or replaceKubeScheduler" .Values.mode) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+drascope.config is the scheduler config: the shipped file of the mode, as
+it is when no plugin value is set, otherwise with those values in the
+DRAScope args of every profile that runs DRAScope.
+*/}}
+{{- define "drascope.config" -}}
+{{- $file := include "drascope.manifest" (dict "root" . "path" (include "drascope.configFile" .)) -}}
+{{- $plugin := .Values.plugin -}}
+{{- if and (kindIs "invalid" $plugin.publishResourcePools) (kindIs "invalid" $plugin.scoringStrategy) (kindIs "invalid" $plugin.deviceHealthPolicy) -}}
+{{- $file -}}
+{{- else -}}
+{{- $config := $file | fromYaml -}}
+{{- range $profile := $config.profiles -}}
+{{- range $entry := $profile.pluginConfig -}}
+{{- if eq $entry.name "DRAScope" -}}
+{{- $args := $entry.args | default dict -}}
+{{- if not (kindIs "invalid" $plugin.publishResourcePools) -}}
+{{- $_ := set $args "poolStatus" (merge (dict "publishResourcePools" $plugin.publishResourcePools) ($args.poolStatus | default dict)) -}}
+{{- end -}}
+{{- if not (kindIs "invalid" $plugin.scoringStrategy) -}}
+{{- $_ := set $args "scoring" (merge (dict "strategy" $plugin.scoringStrategy) ($args.scoring | default dict)) -}}
+{{- end -}}
+{{- if not (kindIs "invalid" $plugin.deviceHealthPolicy) -}}
+{{- $_ := set $args "deviceHealth" (merge (dict "policy" $plugin.deviceHealthPolicy) ($args.deviceHealth | default dict)) -}}
+{{- end -}}
+{{- $_ := set $entry "args" $args -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $config -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,86 @@
+package integration
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+)
+
+// manifests/scheduler/route-dra-pods-policy.yaml routes pods with claims to
+// drascope-scheduler at create time, so that beside kube-scheduler only one
+// scheduler allocates devices. A pod with a claim and no schedulerName
+// lands with drascope's and is placed by it; a pod without claims, a pod
+// naming another scheduler, and a pod in a namespace that opted out keep
+// theirs.
+func TestAdmissionPolicyRoutesDRAPods(t *testing.T) {
+	const policy, binding = "drascope-route-dra-pods", "drascope-route-dra-pods"
+	s := newScenario(t, nil)
+	if err := env.cp.ApplyFile(s.ctx, filepath.Join(manifestsDir, "route-dra-pods-policy.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	// Cluster-wide while it exists: the other tests name their scheduler,
+	// but none should run beside a policy it does not know of.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = env.client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Delete(ctx, binding, metav1.DeleteOptions{})
+		_ = env.client.AdmissionregistrationV1().MutatingAdmissionPolicies().Delete(ctx, policy, metav1.DeleteOptions{})
+	})
+	s.addNode("gpus", 1)
+	s.addClaimTemplate("gpu", false)
+	optedOut := newScenario(t, map[string]string{"drascope.dev/route-dra-pods": "false"})
+	optedOut.addClaimTemplate("gpu", false)
+
+	// The apiserver loads policies through an informer: wait until a dry
+	// run shows this one in force.
+	probe := func() *v1.Pod {
+		pod := &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+			Spec: v1.PodSpec{
+				ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu")}},
+				Containers:     []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+			},
+		}
+		created, err := env.client.CoreV1().Pods(s.namespace).Create(s.ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return nil
+		}
+		return created
+	}
+	if err := wait.PollUntilContextTimeout(s.ctx, 200*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		p := probe()
+		return p != nil && p.Spec.SchedulerName == schedulerName, nil
+	}); err != nil {
+		t.Fatalf("the policy did not route a dry-run pod with a claim to %s within %v", schedulerName, waitTimeout)
+	}
+
+	s.addPod("with-claim", "", fromTemplate("gpu"))
+	if got := s.getPod("with-claim").Spec.SchedulerName; got != schedulerName {
+		t.Errorf("pod with a claim and no schedulerName: schedulerName %q, want %q", got, schedulerName)
+	}
+	s.waitForPodScheduled("with-claim")
+
+	s.addPod("other-scheduler", "my-scheduler", fromTemplate("gpu"))
+	if got := s.getPod("other-scheduler").Spec.SchedulerName; got != "my-scheduler" {
+		t.Errorf("pod naming my-scheduler: schedulerName %q, want it kept", got)
+	}
+
+	optedOut.addPod("opted-out", "", fromTemplate("gpu"))
+	if got := optedOut.getPod("opted-out").Spec.SchedulerName; got != v1.DefaultSchedulerName {
+		t.Errorf("pod with a claim in a namespace labelled drascope.dev/route-dra-pods=false: schedulerName %q, want %q", got, v1.DefaultSchedulerName)
+	}
+
+	plain := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-claims"},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	s.createPod(plain)
+	if got := s.getPod("no-claims").Spec.SchedulerName; got != v1.DefaultSchedulerName {
+		t.Errorf("pod without claims: schedulerName %q, want %q", got, v1.DefaultSchedulerName)
+	}
+}
