@@ -502,7 +502,7 @@ func (d *demo) unhealthy(ctx context.Context) error {
 		out, err := d.quietDRA("describe", "pool", pool)
 		last = out
 		// The monitor holds the GPU too (admin access) and reports it as well.
-		return err == nil && strings.Contains(out, "Unhealthy: reported by pod "), nil
+		return err == nil && strings.Contains(out, "Unhealthy: reported by kubelet on node "), nil
 	}); err != nil {
 		return fmt.Errorf("describe pool does not show %s Unavailable (Unhealthy); it shows:\n%s", device, last)
 	}

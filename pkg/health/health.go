@@ -64,14 +64,31 @@ type Report struct {
 // a ResourcePool device reason.
 const maxMessage = 256
 
-// Detail says who reported the health, when, and why, for people: pod
-// status messages, ResourcePool reasons, kubectl dra.
+// Detail says how, when and why the health was reported, for people who
+// may read cluster-scoped objects (ResourcePools, kubectl dra): the node
+// whose kubelet reported it, never the pod, which belongs to a tenant.
 func (r Report) Detail() string {
-	if r.Expired {
-		return fmt.Sprintf("last reported Unhealthy by pod %s; no pod reports it, hold time ended at %s",
-			r.Pod, r.Since.UTC().Format(time.RFC3339))
+	return r.detail("kubelet on node " + r.Node)
+}
+
+// DetailFor is Detail for a reader in namespace (a pending pod's message):
+// it names the reporting pod when the pod is in that namespace.
+func (r Report) DetailFor(namespace string) string {
+	if ns, _, ok := strings.Cut(r.Pod, "/"); ok && ns == namespace {
+		return r.detail("pod " + r.Pod)
 	}
-	detail := fmt.Sprintf("reported by pod %s at %s", r.Pod, r.Since.UTC().Format(time.RFC3339))
+	return r.Detail()
+}
+
+func (r Report) detail(reporter string) string {
+	if r.Node == "" && strings.HasPrefix(reporter, "kubelet") {
+		reporter = "kubelet"
+	}
+	if r.Expired {
+		return fmt.Sprintf("last reported Unhealthy by %s; no pod reports it, hold time ended at %s",
+			reporter, r.Since.UTC().Format(time.RFC3339))
+	}
+	detail := fmt.Sprintf("reported by %s at %s", reporter, r.Since.UTC().Format(time.RFC3339))
 	if r.Message != "" {
 		detail += ": " + truncate(r.Message, maxMessage)
 	}

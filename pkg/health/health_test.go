@@ -155,8 +155,16 @@ func TestUnhealthyWhileReportedThenHeld(t *testing.T) {
 	if !ok || r.Health != v1.ResourceHealthStatusUnhealthy || r.Pod != "default/trainer" || r.PodUID != trainer.UID || r.Node != "node-1" || r.Message != "ECC error" {
 		t.Fatalf("gpu-0: %+v %v, want Unhealthy from default/trainer on node-1 with its message", r, ok)
 	}
-	if want := "reported by pod default/trainer at 2026-11-22T09:00:00Z: ECC error"; r.Detail() != want {
+	// Cluster-scoped readers learn the node, never the tenant's pod; the
+	// pod's own namespace learns the pod.
+	if want := "reported by kubelet on node node-1 at 2026-11-22T09:00:00Z: ECC error"; r.Detail() != want {
 		t.Errorf("detail %q, want %q", r.Detail(), want)
+	}
+	if want := "reported by pod default/trainer at 2026-11-22T09:00:00Z: ECC error"; r.DetailFor("default") != want {
+		t.Errorf("detail for default %q, want %q", r.DetailFor("default"), want)
+	}
+	if got := r.DetailFor("team-b"); got != r.Detail() {
+		t.Errorf("detail for team-b %q names more than the cluster-scoped detail %q", got, r.Detail())
 	}
 	if got := unhealthyIDs(c); !got.Equal(sets.New(structured.MakeDeviceID("gpu.example.com", "node-1", "gpu-0"))) {
 		t.Errorf("unhealthy set %v, want only gpu-0", got)

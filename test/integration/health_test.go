@@ -32,8 +32,11 @@ func TestUnhealthyDeviceIsAvoided(t *testing.T) {
 		d := deviceStatus(rp, broken)
 		return d.State == "Allocated" && d.Health == "Unhealthy"
 	})
-	if d := deviceStatus(rp, broken); !strings.Contains(d.HealthMessage, "reported by pod "+s.namespace+"/trainer") || !strings.Contains(d.HealthMessage, "ECC error count exceeded") {
-		t.Errorf("health message of %s: %q, want the pod and kubelet's message", broken, d.HealthMessage)
+	// A ResourcePool is cluster-scoped: it names the node whose kubelet
+	// reported the device, never the tenant's pod or namespace.
+	if d := deviceStatus(rp, broken); !strings.Contains(d.HealthMessage, "reported by kubelet on node "+node) || !strings.Contains(d.HealthMessage, "ECC error count exceeded") ||
+		strings.Contains(d.HealthMessage, s.namespace) {
+		t.Errorf("health message of %s: %q, want the node, kubelet's message and no namespace", broken, d.HealthMessage)
 	}
 	// Policy Taint: the device gets a NoSchedule DeviceTaintRule that says
 	// who reported it, when and why.
@@ -52,7 +55,7 @@ func TestUnhealthyDeviceIsAvoided(t *testing.T) {
 	s.deletePod("trainer")
 	s.waitForResourcePool(pool, broken+" Unavailable because Unhealthy", func(rp *v1alpha1.ResourcePool) bool {
 		d := deviceStatus(rp, broken)
-		return d.State == "Unavailable" && d.Reason == "Unhealthy" && strings.HasPrefix(d.Message, "reported by pod "+s.namespace+"/trainer")
+		return d.State == "Unavailable" && d.Reason == "Unhealthy" && strings.HasPrefix(d.Message, "reported by kubelet on node "+node)
 	})
 	if rp.Status.DeviceHealthPolicy != "Taint" {
 		t.Errorf("ResourcePool %s: deviceHealthPolicy %q, want the scheduler's default, Taint", pool, rp.Status.DeviceHealthPolicy)

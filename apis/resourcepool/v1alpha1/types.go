@@ -141,7 +141,8 @@ type DeviceStatus struct {
 	// +optional
 	Reason string `json:"reason,omitempty"`
 	// Message is the detail of Reason for people, such as
-	// "maintenance=true:NoSchedule" or "reported by pod ns/name at ...".
+	// "maintenance=true:NoSchedule" or "reported by kubelet on node N at ...".
+	// It never names a pod or a namespace: ResourcePools are cluster-scoped.
 	// +optional
 	Message string `json:"message,omitempty"`
 	// Health is what kubelet last reported for the device in a pod's status
@@ -149,7 +150,8 @@ type DeviceStatus struct {
 	// Unknown. Empty when no report is known.
 	// +optional
 	Health string `json:"health,omitempty"`
-	// HealthMessage says who reported the health, when, and kubelet's message.
+	// HealthMessage says which node's kubelet reported the health, when,
+	// and its message; never the pod, which belongs to a tenant.
 	// +optional
 	HealthMessage string `json:"healthMessage,omitempty"`
 }

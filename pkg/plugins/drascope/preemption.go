@@ -243,18 +243,18 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 		// (or to a pod nominated before it).
 		w.releaseView(pl).freeOn(n)
 	}
-	var nominated []string
+	var nominated []*v1.Pod
 	var keptClasses sets.Set[string]
 	for _, other := range w.added {
 		switch pl.take(ctx, n, other, w.claims) {
 		case tookDevices:
-			nominated = append(nominated, klog.KObj(other).String())
+			nominated = append(nominated, other)
 		case shortOfDevices:
 			// Its victims' devices are not all free yet. Until they
 			// are, it keeps every device of the classes it asks for,
 			// as the framework keeps a nominated pod's CPU whether or
 			// not it fits yet.
-			nominated = append(nominated, klog.KObj(other).String())
+			nominated = append(nominated, other)
 			keptClasses = keptClasses.Union(pl.classesOf(other))
 		}
 	}
@@ -280,11 +280,11 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 		}
 	}
 	if len(nominated) > 0 {
-		reasons = append(reasons, "devices are kept for pods nominated to the node: "+strings.Join(nominated, ", "))
+		reasons = append(reasons, "devices are kept for pods nominated to the node: "+podsSeenFrom(pod.Namespace, nominated))
 	}
 	if pl.health != nil {
 		// As filterExplained: name withheld devices, retry on recovery.
-		if note := pl.withheldIn(state).note(ctx, pl, node); note != "" {
+		if note := pl.withheldIn(state).note(ctx, pl, pod, node); note != "" {
 			pl.waiting.RetryWhenDeviceRecovers(pod)
 			reasons = append(reasons, note)
 		}
@@ -294,6 +294,29 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 		code = fwk.Unschedulable
 	}
 	return fwk.NewStatus(code, reasons...)
+}
+
+// podsSeenFrom names pods for a reader in namespace (a pending pod's
+// status and events): those of that namespace by name, the others only by
+// their number, so that one tenant learns nothing of another's pods.
+func podsSeenFrom(namespace string, pods []*v1.Pod) string {
+	var names []string
+	others := 0
+	for _, pod := range pods {
+		if pod.Namespace == namespace {
+			names = append(names, klog.KObj(pod).String())
+		} else {
+			others++
+		}
+	}
+	switch others {
+	case 0:
+	case 1:
+		names = append(names, "a pod of another namespace")
+	default:
+		names = append(names, fmt.Sprintf("%d pods of other namespaces", others))
+	}
+	return strings.Join(names, ", ")
 }
 
 // taken is what take did with a nominated pod's claims.

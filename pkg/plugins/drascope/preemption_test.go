@@ -442,3 +442,23 @@ func TestDeviceOfADeallocatedClaimIsFreeWhileTheInUseSetLags(t *testing.T) {
 		}
 	})
 }
+
+// A refusal lands in the pending pod's status and events: it names the
+// nominated pods of the pod's own namespace, and only counts the others.
+func TestPodsSeenFromANamespace(t *testing.T) {
+	pod := func(namespace, name string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	}
+	for _, tc := range []struct {
+		pods []*v1.Pod
+		want string
+	}{
+		{[]*v1.Pod{pod("team-a", "urgent")}, "team-a/urgent"},
+		{[]*v1.Pod{pod("team-b", "urgent")}, "a pod of another namespace"},
+		{[]*v1.Pod{pod("team-a", "one"), pod("team-b", "two"), pod("team-c", "three")}, "team-a/one, 2 pods of other namespaces"},
+	} {
+		if got := podsSeenFrom("team-a", tc.pods); got != tc.want {
+			t.Errorf("podsSeenFrom(team-a, %d pods) = %q, want %q", len(tc.pods), got, tc.want)
+		}
+	}
+}

@@ -39,7 +39,7 @@ func (pl *DRAScope) filterExplained(ctx context.Context, state fwk.CycleState, p
 	if pl.health == nil {
 		return status
 	}
-	note := pl.withheldIn(state).note(ctx, pl, nodeInfo.Node())
+	note := pl.withheldIn(state).note(ctx, pl, pod, nodeInfo.Node())
 	if note == "" {
 		return status
 	}
@@ -89,8 +89,9 @@ func (pl *DRAScope) withheldIn(state fwk.CycleState) *withheldDevices {
 // note describes the Unhealthy devices that node can reach (those reported
 // from the node, and those of pools not tied to one node) and that a device
 // class the pod asks for accepts: a pod waiting for a NIC is not told about
-// a withheld GPU.
-func (w *withheldDevices) note(ctx context.Context, pl *DRAScope, node *v1.Node) string {
+// a withheld GPU. The note lands in the pod's status and events: it names a
+// reporting pod only of the pod's own namespace.
+func (w *withheldDevices) note(ctx context.Context, pl *DRAScope, pod *v1.Pod, node *v1.Node) string {
 	if node == nil {
 		return ""
 	}
@@ -127,7 +128,7 @@ func (w *withheldDevices) note(ctx context.Context, pl *DRAScope, node *v1.Node)
 			parts = append(parts, fmt.Sprintf("and %d more", len(reachable)-i))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", r.Device, r.Detail()))
+		parts = append(parts, fmt.Sprintf("%s (%s)", r.Device, r.DetailFor(pod.Namespace)))
 	}
 	return "had devices withheld because kubelet reported them Unhealthy: " + strings.Join(parts, ", ")
 }

@@ -163,8 +163,9 @@ func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
 	}
 	node := func(name string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
 	cycle := &withheldDevices{}
+	pending := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "waiting"}}
 
-	got := cycle.note(ctx, pl, node("node-1"))
+	got := cycle.note(ctx, pl, pending, node("node-1"))
 	for _, want := range []string{"gpu.example.com/node-1/gpu-0 (", "gpu.example.com/node-1/gpu-1 ("} {
 		if !strings.Contains(got, want) {
 			t.Errorf("note for node-1 = %q, want it to name %s", got, want)
@@ -173,11 +174,22 @@ func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
 	if strings.Contains(got, "node-0") {
 		t.Errorf("note for node-1 = %q names node-0's devices", got)
 	}
-	if got := cycle.note(ctx, pl, node("node-0")); !strings.Contains(got, "node-0/gpu-2 (") || !strings.HasSuffix(got, "and 5 more") {
+	if got := cycle.note(ctx, pl, pending, node("node-0")); !strings.Contains(got, "node-0/gpu-2 (") || !strings.HasSuffix(got, "and 5 more") {
 		t.Errorf("note for node-0 = %q, want gpu-0..gpu-2 named and 5 more", got)
 	}
-	if got := cycle.note(ctx, pl, node("node-2")); got != "" {
+	if got := cycle.note(ctx, pl, pending, node("node-2")); got != "" {
 		t.Errorf("note for node-2, which reported nothing = %q, want none", got)
+	}
+
+	// The note lands in the pending pod's status and events: a pod of
+	// another namespace learns the node's kubelet reported it, not which
+	// pod of which tenant.
+	if got := cycle.note(ctx, pl, pending, node("node-1")); !strings.Contains(got, "reported by pod default/") {
+		t.Errorf("note for a pod of the reporter's namespace = %q, want the reporting pod named", got)
+	}
+	stranger := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "waiting"}}
+	if got := cycle.note(ctx, pl, stranger, node("node-1")); strings.Contains(got, "default") || !strings.Contains(got, "reported by kubelet on node node-1") {
+		t.Errorf("note for a pod of another namespace = %q, want the node's kubelet and no namespace", got)
 	}
 }
 
@@ -211,6 +223,7 @@ func TestWithheldNoteNamesDevicesOfThePodsClassesOnly(t *testing.T) {
 		classes: resourcelisters.NewDeviceClassLister(classes),
 	}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	pending := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "waiting"}}
 	claimFor := func(requests ...resourceapi.DeviceRequest) *podClaims {
 		return &podClaims{toAllocate: []*resourceapi.ResourceClaim{{Spec: resourceapi.ResourceClaimSpec{
 			Devices: resourceapi.DeviceClaim{Requests: requests},
@@ -235,7 +248,7 @@ func TestWithheldNoteNamesDevicesOfThePodsClassesOnly(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			cycle := &withheldDevices{claims: tc.claims}
-			got := cycle.note(ctx, pl, node)
+			got := cycle.note(ctx, pl, pending, node)
 			if named := strings.Contains(got, "gpu.example.com/node-1/gpu-2 (") && strings.Contains(got, "gpu.example.com/node-1/gpu-3 ("); named != tc.named || (!named && got != "") {
 				t.Errorf("note = %q; want the withheld GPUs named: %v", got, tc.named)
 			}
