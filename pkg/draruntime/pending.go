@@ -67,6 +67,28 @@ func (s *metricsSource) PendingPodsByDeviceClass() map[string]int {
 	return counts
 }
 
+// PodsWithClaimsByScheduler counts the pods that use ResourceClaims and
+// have not finished, by spec.schedulerName: whoever allocates their
+// devices. Every scheduler this process serves with DRAScope has a count,
+// zero when none, so that a ratio never divides by no data.
+func (s *metricsSource) PodsWithClaimsByScheduler() map[string]int {
+	counts := map[string]int{}
+	for profile := range s.r.profileNames() {
+		counts[profile] = 0
+	}
+	pods, err := s.pods.List(labels.Everything())
+	if err != nil {
+		return counts
+	}
+	for _, pod := range pods {
+		if len(pod.Spec.ResourceClaims) == 0 || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+			continue
+		}
+		counts[pod.Spec.SchedulerName]++
+	}
+	return counts
+}
+
 // requestedClasses are the device classes a claim's requests name, a
 // prioritized list by its first subrequest.
 func requestedClasses(claim *resourceapi.ResourceClaim) []string {

@@ -98,6 +98,9 @@ var (
 	classAvailableDesc = metrics.NewDesc("drascope_device_class_available_devices",
 		"Available devices that a DeviceClass's selectors accept, over every pool the allocator uses (complete, with valid slices); 0 for a class no free device matches. With drascope_pending_pods of the class above 0, pods wait for devices no pool has free.",
 		[]string{"device_class"}, nil, metrics.ALPHA, "")
+	claimPodsDesc = metrics.NewDesc("drascope_pods_with_claims",
+		"Pods that use ResourceClaims and have not finished, by spec.schedulerName. Beside kube-scheduler, a series for a scheduler that is not drascope's means two scheduler processes allocate devices, and may hand one device to two claims: route such pods with the shipped admission policy (README: Deployment modes).",
+		[]string{"scheduler"}, nil, metrics.ALPHA, "")
 	conditionDesc = metrics.NewDesc("drascope_resourcepool_condition",
 		"Conditions of a pool, as its ResourcePool status has them (1 true, 0 false): Complete (every slice of the pool's generation is present) and Valid (its slices passed validation and no confirmed allocation conflict).",
 		[]string{"driver", "pool", "node", "condition"}, nil, metrics.ALPHA, "")
@@ -122,6 +125,9 @@ type Source interface {
 	// AvailableDevicesByDeviceClass counts the Available devices each
 	// DeviceClass accepts.
 	AvailableDevicesByDeviceClass() map[string]int
+	// PodsWithClaimsByScheduler counts the pods that use ResourceClaims and
+	// have not finished, by scheduler name.
+	PodsWithClaimsByScheduler() map[string]int
 }
 
 // Export registers the metrics in the legacy registry (once per process)
@@ -188,6 +194,7 @@ func (c *poolCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- pendingDesc
 	ch <- classAvailableDesc
 	ch <- conditionDesc
+	ch <- claimPodsDesc
 }
 
 func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
@@ -200,6 +207,9 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	}
 	for class, n := range (*source).AvailableDevicesByDeviceClass() {
 		ch <- metrics.NewLazyConstMetric(classAvailableDesc, metrics.GaugeValue, float64(n), class)
+	}
+	for scheduler, n := range (*source).PodsWithClaimsByScheduler() {
+		ch <- metrics.NewLazyConstMetric(claimPodsDesc, metrics.GaugeValue, float64(n), scheduler)
 	}
 	snapshots := (*source).List()
 	ch <- metrics.NewLazyConstMetric(poolsDesc, metrics.GaugeValue, float64(len(snapshots)))

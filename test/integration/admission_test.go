@@ -69,6 +69,8 @@ func TestAdmissionPolicyRoutesDRAPods(t *testing.T) {
 	if got := s.getPod("other-scheduler").Spec.SchedulerName; got != "my-scheduler" {
 		t.Errorf("pod naming my-scheduler: schedulerName %q, want it kept", got)
 	}
+	// The scheduler says who else places pods with claims.
+	waitForGauge(t, env.schedulerPort, "drascope_pods_with_claims", map[string]string{"scheduler": "my-scheduler"}, 1)
 
 	optedOut.addPod("opted-out", "", fromTemplate("gpu"))
 	if got := optedOut.getPod("opted-out").Spec.SchedulerName; got != v1.DefaultSchedulerName {
