@@ -76,11 +76,18 @@ func objects(t *testing.T, stream []byte) map[string]object {
 	return out
 }
 
+// render is helm template with values to --set, and flags (those that
+// start with --, with the argument after them).
 func render(t *testing.T, set ...string) map[string]object {
 	t.Helper()
 	args := []string{"template", "drascope", chartDir, "--namespace", "kube-system", "--include-crds"}
-	for _, s := range set {
-		args = append(args, "--set", s)
+	for i := 0; i < len(set); i++ {
+		if strings.HasPrefix(set[i], "--") {
+			args = append(args, set[i], set[i+1])
+			i++
+			continue
+		}
+		args = append(args, "--set", set[i])
 	}
 	out, err := run(t, "helm", args...)
 	if err != nil {
@@ -91,12 +98,13 @@ func render(t *testing.T, set ...string) map[string]object {
 
 const configMap = "ConfigMap/kube-system/drascope-scheduler-config"
 
-// kustomized is kubectl kustomize of manifests/scheduler and manifests/crds,
-// with the generated ConfigMap's hashed name put back to its plain one.
-func kustomized(t *testing.T) map[string]object {
+// kustomized is kubectl kustomize of manifests/scheduler, manifests/crds
+// and the other dirs given, with the generated ConfigMap's hashed name put
+// back to its plain one.
+func kustomized(t *testing.T, more ...string) map[string]object {
 	t.Helper()
 	var stream []byte
-	for _, dir := range []string{"manifests/scheduler", "manifests/crds"} {
+	for _, dir := range append([]string{"manifests/scheduler", "manifests/crds"}, more...) {
 		out, err := run(t, "kubectl", "kustomize", filepath.Join(repoRoot, dir))
 		if err != nil {
 			t.Fatal(err)
@@ -171,13 +179,17 @@ func TestChartLints(t *testing.T) {
 	}
 }
 
-// The default values are the kustomize install (README: "Deploying").
+// The default values are the kustomize install of the second-scheduler
+// mode, admission routing included (README: "Deploying"); a cluster older
+// than 1.36 gets no routing policy (MutatingAdmissionPolicy v1 is 1.36's).
 func TestChartDefaultsRenderTheManifests(t *testing.T) {
-	compare(t, normalized(t, render(t)), normalized(t, kustomized(t)))
+	compare(t, normalized(t, render(t)), normalized(t, kustomized(t, "manifests/admission")))
+	compare(t, normalized(t, render(t, "--kube-version", "1.35.0")), normalized(t, kustomized(t)))
 }
 
 // replaceKubeScheduler serves config-two-profiles.yaml, as the README's
-// kustomize change does; nothing else changes.
+// kustomize change does, and routes no pods: default-scheduler keeps the
+// in-tree plugins.
 func TestChartReplaceModeRendersTwoProfiles(t *testing.T) {
 	want := normalized(t, kustomized(t))
 	data, err := os.ReadFile(filepath.Join(repoRoot, "manifests/scheduler/config-two-profiles.yaml"))
@@ -239,7 +251,11 @@ func TestChartOptionalParts(t *testing.T) {
 			t.Errorf("%s rendered with its value off", key)
 		}
 	}
-	on := render(t, "monitoring.prometheusRule=true", "monitoring.dashboard=true")
+	on := render(t, "monitoring.prometheusRule=true", "monitoring.dashboard=true", "extraArgs={--emulated-version=1.36}")
+	container := on["Deployment/kube-system/drascope-scheduler"]["spec"].(object)["template"].(object)["spec"].(object)["containers"].([]any)[0].(object)
+	if command := fmt.Sprint(container["command"]); !strings.HasSuffix(command, "--v=2 --emulated-version=1.36]") {
+		t.Errorf("command with extraArgs: %s, want the shipped command and then --emulated-version=1.36", command)
+	}
 	data, err := os.ReadFile(filepath.Join(repoRoot, "manifests/monitoring/prometheusrule.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -67,10 +67,18 @@ func (s *metricsSource) PendingPodsByDeviceClass() map[string]int {
 	return counts
 }
 
+// maxSchedulerSeries bounds the scheduler names drascope_pods_with_claims
+// has series for: spec.schedulerName is whatever a pod's author wrote.
+const maxSchedulerSeries = 16
+
+// otherSchedulers is the series that sums the names past maxSchedulerSeries.
+const otherSchedulers = "(others)"
+
 // PodsWithClaimsByScheduler counts the pods that use ResourceClaims and
 // have not finished, by spec.schedulerName: whoever allocates their
 // devices. Every scheduler this process serves with DRAScope has a count,
-// zero when none, so that a ratio never divides by no data.
+// zero when none, so that a ratio never divides by no data; names past
+// maxSchedulerSeries are summed as "(others)".
 func (s *metricsSource) PodsWithClaimsByScheduler() map[string]int {
 	counts := map[string]int{}
 	for profile := range s.r.profileNames() {
@@ -84,7 +92,11 @@ func (s *metricsSource) PodsWithClaimsByScheduler() map[string]int {
 		if len(pod.Spec.ResourceClaims) == 0 || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 			continue
 		}
-		counts[pod.Spec.SchedulerName]++
+		name := pod.Spec.SchedulerName
+		if _, ok := counts[name]; !ok && len(counts) >= maxSchedulerSeries {
+			name = otherSchedulers
+		}
+		counts[name]++
 	}
 	return counts
 }

@@ -23,6 +23,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -68,6 +69,9 @@ type Runtime struct {
 	mu sync.Mutex
 	// first is the profile that started the runtime, and its args.
 	first *profile
+	// taintRules, once known, says whether DeviceTaintRules can be
+	// written: the gate is on and the apiserver serves them.
+	taintRules *taintRulesCheck
 	// profiles are the names of every profile that joined.
 	profiles  sets.Set[string]
 	informers informers.SharedInformerFactory
@@ -127,7 +131,10 @@ func (r *Runtime) Join(ctx context.Context, h Handle, args *config.DRAScopeArgs)
 		r.profiles = sets.New[string]()
 	}
 	r.profiles.Insert(h.ProfileName())
-	args = withResolvedDefaults(ctx, h.ProfileName(), args)
+	if r.taintRules == nil {
+		r.taintRules = checkTaintRules(ctx, h.ClientSet())
+	}
+	args = withResolvedDefaults(ctx, h.ProfileName(), args, r.taintRules)
 	if r.first != nil {
 		if h.SharedInformerFactory() != r.informers {
 			return fmt.Errorf("the DRAScope runtime started by profile %s belongs to another scheduler: make one runtime (draruntime.New) per scheduler", r.first.name)
@@ -145,21 +152,52 @@ func (r *Runtime) Join(ctx context.Context, h Handle, args *config.DRAScopeArgs)
 	return nil
 }
 
+// taintRulesCheck is whether DeviceTaintRules can be written, and why not.
+type taintRulesCheck struct {
+	ok  bool
+	why string
+}
+
+// checkTaintRules asks the scheduler's DRADeviceTaintRules gate and the
+// apiserver's discovery whether DeviceTaintRules can be written. A 1.37
+// binary has the gate on; on a 1.35 or 1.36 cluster the version skew
+// policy has it run with --emulated-version, which turns the gate off, and
+// discovery catches a cluster that does not serve the API all the same. A
+// discovery error leaves the gate to decide.
+func checkTaintRules(ctx context.Context, client kubernetes.Interface) *taintRulesCheck {
+	if !utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules) {
+		return &taintRulesCheck{why: "the DRADeviceTaintRules feature gate is off"}
+	}
+	resources, err := client.Discovery().ServerResourcesForGroupVersion(resourceapi.SchemeGroupVersion.String())
+	switch {
+	case apierrors.IsNotFound(err):
+		return &taintRulesCheck{why: "the apiserver does not serve " + resourceapi.SchemeGroupVersion.String()}
+	case err != nil:
+		klog.FromContext(ctx).Info("Could not ask the apiserver whether it serves DeviceTaintRules; trusting the DRADeviceTaintRules feature gate", "err", err)
+		return &taintRulesCheck{ok: true}
+	}
+	for _, resource := range resources.APIResources {
+		if resource.Name == "devicetaintrules" {
+			return &taintRulesCheck{ok: true}
+		}
+	}
+	return &taintRulesCheck{why: "the apiserver does not serve devicetaintrules in " + resourceapi.SchemeGroupVersion.String()}
+}
+
 // withResolvedDefaults returns args with the defaults that depend on the
-// cluster filled in: an unset deviceHealth.policy becomes Taint where the
-// DRADeviceTaintRules gate is on and Avoid where it is off, so that the
-// shipped config starts on every supported cluster (1.35 and 1.36 have the
-// gate off by default), and one log line says which and why.
-func withResolvedDefaults(ctx context.Context, profile string, args *config.DRAScopeArgs) *config.DRAScopeArgs {
+// cluster filled in: an unset deviceHealth.policy becomes Taint where
+// DeviceTaintRules can be written and Avoid where they cannot, so that the
+// shipped config starts on every supported cluster, and one log line says
+// which and why.
+func withResolvedDefaults(ctx context.Context, profile string, args *config.DRAScopeArgs, taintRules *taintRulesCheck) *config.DRAScopeArgs {
 	if args.DeviceHealth.Policy != "" {
 		return args
 	}
-	taintRules := utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules)
 	resolved := *args
-	resolved.DeviceHealth.Policy = args.DeviceHealth.Policy.Resolve(taintRules)
-	why := "the DRADeviceTaintRules feature gate is on"
-	if !taintRules {
-		why = "the DRADeviceTaintRules feature gate is off, so DeviceTaintRules cannot be written; set deviceHealth.policy to silence this"
+	resolved.DeviceHealth.Policy = args.DeviceHealth.Policy.Resolve(taintRules.ok)
+	why := "DeviceTaintRules can be written"
+	if !taintRules.ok {
+		why = taintRules.why + ", so DeviceTaintRules cannot be written; set deviceHealth.policy to silence this"
 	}
 	klog.FromContext(ctx).Info("deviceHealth.policy is not set; using "+string(resolved.DeviceHealth.Policy), "profile", profile, "reason", why)
 	return &resolved

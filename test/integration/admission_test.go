@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// manifests/scheduler/route-dra-pods-policy.yaml routes pods with claims to
+// manifests/admission/route-dra-pods-policy.yaml routes pods with claims to
 // drascope-scheduler at create time, so that beside kube-scheduler only one
 // scheduler allocates devices. A pod with a claim and no schedulerName
 // lands with drascope's and is placed by it; a pod without claims, a pod
@@ -21,7 +21,7 @@ import (
 func TestAdmissionPolicyRoutesDRAPods(t *testing.T) {
 	const policy, binding = "drascope-route-dra-pods", "drascope-route-dra-pods"
 	s := newScenario(t, nil)
-	if err := env.cp.ApplyFile(s.ctx, filepath.Join(manifestsDir, "route-dra-pods-policy.yaml")); err != nil {
+	if err := env.cp.ApplyFile(s.ctx, filepath.Join(repoRoot, "manifests/admission/route-dra-pods-policy.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	// Cluster-wide while it exists: the other tests name their scheduler,
@@ -64,6 +64,13 @@ func TestAdmissionPolicyRoutesDRAPods(t *testing.T) {
 		t.Errorf("pod with a claim and no schedulerName: schedulerName %q, want %q", got, schedulerName)
 	}
 	s.waitForPodScheduled("with-claim")
+
+	// Defaulting runs before admission: asking for default-scheduler by
+	// name is the same as leaving it out.
+	s.addPod("named-default", v1.DefaultSchedulerName, fromTemplate("gpu"))
+	if got := s.getPod("named-default").Spec.SchedulerName; got != schedulerName {
+		t.Errorf("pod with a claim naming default-scheduler: schedulerName %q, want %q", got, schedulerName)
+	}
 
 	s.addPod("other-scheduler", "my-scheduler", fromTemplate("gpu"))
 	if got := s.getPod("other-scheduler").Spec.SchedulerName; got != "my-scheduler" {

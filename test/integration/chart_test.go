@@ -3,6 +3,8 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,8 +47,11 @@ func TestHelmChartInstalls(t *testing.T) {
 	applied := 0
 	for {
 		doc, err := reader.Read()
-		if err != nil {
+		if errors.Is(err, io.EOF) {
 			break
+		}
+		if err != nil {
+			t.Fatalf("reading helm template's output: %v", err)
 		}
 		obj := &unstructured.Unstructured{}
 		if err := utilyaml.Unmarshal(doc, &obj.Object); err != nil || len(obj.Object) == 0 {

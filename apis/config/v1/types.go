@@ -128,8 +128,9 @@ const (
 // DeviceHealthArgs configures health-aware allocation.
 type DeviceHealthArgs struct {
 	// Policy is Taint, Avoid or Ignore. Unset, the scheduler picks Taint
-	// where the DRADeviceTaintRules feature gate is on (GA in 1.37) and
-	// Avoid where it is off (1.35, and 1.36 unless enabled), and logs which;
+	// where DeviceTaintRules can be written (the DRADeviceTaintRules gate is
+	// on, GA in 1.37, and the apiserver serves them) and Avoid elsewhere
+	// (1.35, and 1.36 unless enabled, through --emulated-version), and logs which;
 	// ResourcePools publish the policy in force. An explicit Taint with the
 	// gate off stops the scheduler at start.
 	// +optional

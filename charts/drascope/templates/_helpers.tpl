@@ -39,14 +39,21 @@ DRAScope args of every profile that runs DRAScope.
 {{- range $entry := $profile.pluginConfig -}}
 {{- if eq $entry.name "DRAScope" -}}
 {{- $args := $entry.args | default dict -}}
+{{- /* set, not merge: sprig's merge fills a false or empty value from the shipped one. */ -}}
 {{- if not (kindIs "invalid" $plugin.publishResourcePools) -}}
-{{- $_ := set $args "poolStatus" (merge (dict "publishResourcePools" $plugin.publishResourcePools) ($args.poolStatus | default dict)) -}}
+{{- $poolStatus := $args.poolStatus | default dict -}}
+{{- $_ := set $poolStatus "publishResourcePools" $plugin.publishResourcePools -}}
+{{- $_ := set $args "poolStatus" $poolStatus -}}
 {{- end -}}
 {{- if not (kindIs "invalid" $plugin.scoringStrategy) -}}
-{{- $_ := set $args "scoring" (merge (dict "strategy" $plugin.scoringStrategy) ($args.scoring | default dict)) -}}
+{{- $scoring := $args.scoring | default dict -}}
+{{- $_ := set $scoring "strategy" $plugin.scoringStrategy -}}
+{{- $_ := set $args "scoring" $scoring -}}
 {{- end -}}
 {{- if not (kindIs "invalid" $plugin.deviceHealthPolicy) -}}
-{{- $_ := set $args "deviceHealth" (merge (dict "policy" $plugin.deviceHealthPolicy) ($args.deviceHealth | default dict)) -}}
+{{- $deviceHealth := $args.deviceHealth | default dict -}}
+{{- $_ := set $deviceHealth "policy" $plugin.deviceHealthPolicy -}}
+{{- $_ := set $args "deviceHealth" $deviceHealth -}}
 {{- end -}}
 {{- $_ := set $entry "args" $args -}}
 {{- end -}}

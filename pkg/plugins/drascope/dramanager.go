@@ -1,6 +1,9 @@
 package drascope
 
 import (
+	"maps"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -82,6 +85,23 @@ type claimTracker struct {
 	// holds keep released allocations in use until their fate is known
 	// (releasehold.go).
 	holds releaseHolds
+	// pending are the allocations this profile signalled and has not
+	// removed, by the UID upstream signalled them under; preemption's
+	// release view holds them (preemption.go, readReleaseView).
+	pending pendingAllocations
+}
+
+// pendingAllocations are in-flight allocations by UID.
+type pendingAllocations struct {
+	mu      sync.Mutex
+	byClaim map[types.UID]*resourceapi.AllocationResult
+}
+
+// inFlight returns the allocations this profile has in flight.
+func (t *claimTracker) inFlight() []*resourceapi.AllocationResult {
+	t.pending.mu.Lock()
+	defer t.pending.mu.Unlock()
+	return slices.Collect(maps.Values(t.pending.byClaim))
 }
 
 // inUseSeen is the allocated state as handed to upstream's allocator, and
@@ -149,11 +169,17 @@ func (t *claimTracker) SignalClaimPendingAllocation(uid types.UID, allocated *re
 	if err := t.ResourceClaimTracker.SignalClaimPendingAllocation(uid, allocated); err != nil {
 		return err
 	}
-	if t.observer == nil {
-		return nil
-	}
 	recorded := t.ResourceClaimTracker.GetPendingAllocation(uid)
 	if recorded == nil {
+		return nil
+	}
+	t.pending.mu.Lock()
+	if t.pending.byClaim == nil {
+		t.pending.byClaim = map[types.UID]*resourceapi.AllocationResult{}
+	}
+	t.pending.byClaim[uid] = recorded
+	t.pending.mu.Unlock()
+	if t.observer == nil {
 		return nil
 	}
 	if recorded != allocated.Status.Allocation {
@@ -172,6 +198,11 @@ func (t *claimTracker) SignalClaimPendingAllocation(uid types.UID, allocated *re
 func (t *claimTracker) MaybeRemoveClaimPendingAllocation(uid types.UID, forceRemove bool) bool {
 	pending := t.ResourceClaimTracker.GetPendingAllocation(uid)
 	deleted := t.ResourceClaimTracker.MaybeRemoveClaimPendingAllocation(uid, forceRemove)
+	if deleted {
+		t.pending.mu.Lock()
+		delete(t.pending.byClaim, uid)
+		t.pending.mu.Unlock()
+	}
 	if deleted && !forceRemove && pending != nil {
 		t.holds.releasedAllocation(uid, pending)
 	}

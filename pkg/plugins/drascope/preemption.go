@@ -555,7 +555,10 @@ func (pl *DRAScope) nominatedNodeAwaitingVictims(ctx context.Context, pod *v1.Po
 		n.Free(allocation)
 	}
 	// Devices leave the node while its victims' claims are on their way
-	// to deallocation, and a moment after (releaseView.held).
+	// to deallocation, and a moment after (releaseView.held): freeOn says
+	// whether it freed any in the node's share (its own pools and the
+	// network-attached ones it reaches), and a releasing claim of the
+	// node's pools counts even when the cycle has its devices free already.
 	view := w.releaseView(pl)
 	releasing := view.freeOn(n)
 	for _, allocation := range view.allocations {
@@ -704,17 +707,36 @@ func (pl *DRAScope) readReleaseView() releaseView {
 		return releaseView{}
 	}
 	view := releaseView{held: sets.New[structured.DeviceID]()}
+	hold := func(allocation *resourceapi.AllocationResult) {
+		for _, result := range allocation.Devices.Results {
+			view.held.Insert(structured.MakeDeviceID(result.Driver, result.Pool, result.Device))
+		}
+	}
+	// Allocations in flight under a UID no listed claim has (upstream's
+	// claim for extended resources backed by DRA, until PreBind creates
+	// it) are held too.
+	if pl.manager != nil {
+		for _, allocation := range pl.manager.claims.inFlight() {
+			hold(allocation)
+		}
+	}
 	for _, claim := range claims {
 		allocation := claim.Status.Allocation
 		if allocation == nil {
 			allocation = pl.claims.GetPendingAllocation(claim.UID)
 		}
 		if allocation == nil {
+			// Listed before its allocation was assumed, asked after the
+			// pending entry went (upstream assumes first, then removes):
+			// the claim as it is now has it.
+			if now, err := pl.claims.Get(claim.Namespace, claim.Name); err == nil && now.UID == claim.UID {
+				allocation = now.Status.Allocation
+			}
+		}
+		if allocation == nil {
 			continue
 		}
-		for _, result := range allocation.Devices.Results {
-			view.held.Insert(structured.MakeDeviceID(result.Driver, result.Pool, result.Device))
-		}
+		hold(allocation)
 		if claim.Status.Allocation != nil && len(claim.Status.ReservedFor) > 0 &&
 			!slices.ContainsFunc(claim.Status.ReservedFor, pl.consumerRuns(claim.Namespace)) {
 			view.allocations = append(view.allocations, claim.Status.Allocation)

@@ -1,0 +1,53 @@
+package draruntime
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/drascope/drascope/apis/config"
+)
+
+// An unset deviceHealth.policy is Taint only where DeviceTaintRules can be
+// written: the gate is on (it is, in this 1.37 test binary) and the
+// apiserver serves them. (The gate-off path runs on a real apiserver in
+// TestSchedulerBinaryAdminAccessGateOff.)
+func TestUnsetPolicyFollowsWhatTheAPIServerServes(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	for name, tc := range map[string]struct {
+		served []metav1.APIResourceList
+		want   config.DeviceHealthPolicy
+	}{
+		"served": {served: []metav1.APIResourceList{{GroupVersion: "resource.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "resourceslices"}, {Name: "devicetaintrules"}}}}, want: config.DeviceHealthTaint},
+		"resource.k8s.io/v1 without devicetaintrules": {served: []metav1.APIResourceList{{GroupVersion: "resource.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "resourceslices"}}}}, want: config.DeviceHealthAvoid},
+		"no resource.k8s.io/v1":                        {want: config.DeviceHealthAvoid},
+	} {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset()
+			client.Discovery().(*fakediscovery.FakeDiscovery).Resources = ptrs(tc.served)
+			args := &config.DRAScopeArgs{}
+			got := withResolvedDefaults(ctx, "drascope-scheduler", args, checkTaintRules(ctx, client))
+			if got.DeviceHealth.Policy != tc.want {
+				t.Errorf("policy %q, want %q", got.DeviceHealth.Policy, tc.want)
+			}
+			if args.DeviceHealth.Policy != "" {
+				t.Error("the profile's own args were changed")
+			}
+			explicit := &config.DRAScopeArgs{DeviceHealth: config.DeviceHealthArgs{Policy: config.DeviceHealthTaint}}
+			if got := withResolvedDefaults(ctx, "drascope-scheduler", explicit, checkTaintRules(ctx, client)); got.DeviceHealth.Policy != config.DeviceHealthTaint {
+				t.Errorf("an explicit Taint became %q", got.DeviceHealth.Policy)
+			}
+		})
+	}
+}
+
+func ptrs(lists []metav1.APIResourceList) []*metav1.APIResourceList {
+	out := make([]*metav1.APIResourceList, len(lists))
+	for i := range lists {
+		out[i] = &lists[i]
+	}
+	return out
+}
