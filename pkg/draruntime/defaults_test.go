@@ -23,7 +23,7 @@ func TestUnsetPolicyFollowsWhatTheAPIServerServes(t *testing.T) {
 	}{
 		"served": {served: []metav1.APIResourceList{{GroupVersion: "resource.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "resourceslices"}, {Name: "devicetaintrules"}}}}, want: config.DeviceHealthTaint},
 		"resource.k8s.io/v1 without devicetaintrules": {served: []metav1.APIResourceList{{GroupVersion: "resource.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "resourceslices"}}}}, want: config.DeviceHealthAvoid},
-		"no resource.k8s.io/v1":                        {want: config.DeviceHealthAvoid},
+		"no resource.k8s.io/v1":                       {want: config.DeviceHealthAvoid},
 	} {
 		t.Run(name, func(t *testing.T) {
 			client := fake.NewClientset()
