@@ -525,11 +525,11 @@ func (d *demo) showTaintRule(ctx context.Context, device health.Device) error {
 		return fmt.Errorf("no DeviceTaintRule for %s", device)
 	}
 	d.say("the scheduler persisted the report as a DeviceTaintRule, which every scheduler obeys and a restarted drascope reads back:")
-	d.say(`$ kubectl get devicetaintrules -l %s=%s -o custom-columns='NAME:.metadata.name,DEVICE:.spec.deviceSelector.device,TAINT:.spec.taint.key,EFFECT:.spec.taint.effect,REPORTED-BY:.metadata.annotations.drascope\.dev/reported-by'`,
+	d.say(`$ kubectl get devicetaintrules -l %s=%s -o custom-columns='NAME:.metadata.name,DEVICE:.spec.deviceSelector.device,TAINT:.spec.taint.key,EFFECT:.spec.taint.effect,REPORTER-UID:.metadata.annotations.drascope\.dev/reporter-uid'`,
 		health.ManagedByLabel, health.ManagedBy)
 	w := printers.GetNewTabWriter(d.out)
-	fmt.Fprintln(w, "NAME\tDEVICE\tTAINT\tEFFECT\tREPORTED-BY")
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", rule.Name, *rule.Spec.DeviceSelector.Device, rule.Spec.Taint.Key, rule.Spec.Taint.Effect, rule.Annotations[health.AnnotationReportedBy])
+	fmt.Fprintln(w, "NAME\tDEVICE\tTAINT\tEFFECT\tREPORTER-UID")
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", rule.Name, *rule.Spec.DeviceSelector.Device, rule.Spec.Taint.Key, rule.Spec.Taint.Effect, rule.Annotations[health.AnnotationReporter])
 	return w.Flush()
 }
 

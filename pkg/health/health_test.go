@@ -351,8 +351,10 @@ func TestRunTellsWhenTheHoldTimeEnds(t *testing.T) {
 }
 
 // Under deviceHealth.policy Taint the rule is the persisted report: a
-// restarted scheduler restores it, believes the pod it names (whose claim
-// is long released) and starts the hold time when that pod is gone.
+// restarted scheduler restores it, believes the pod whose UID it holds
+// (whose claim is long released) and starts the hold time when that pod is
+// gone. The rule is cluster-scoped: it holds the reporter's UID, not its
+// name, so the restored report names no pod.
 func TestRestoreFromRules(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
 	_, clk, _ := newTestCache(t)
@@ -362,6 +364,12 @@ func TestRestoreFromRules(t *testing.T) {
 	if !IsOwnRule(rule) || rule.Spec.Taint.Effect != resourceapi.DeviceTaintEffectNoSchedule || *rule.Spec.DeviceSelector.Device != "gpu-0" {
 		t.Fatalf("RuleFor: %+v", rule)
 	}
+	for key, value := range rule.Annotations {
+		if key != AnnotationReporter && (strings.Contains(value, "default") || strings.Contains(value, "job")) {
+			t.Errorf("the rule's annotation %s=%q names the reporting pod or its namespace", key, value)
+		}
+	}
+	report.Pod = "" // what a restarted scheduler can know from the rule
 
 	t.Run("the named pod still reports it", func(t *testing.T) {
 		c, _, w := newTestCache(t)

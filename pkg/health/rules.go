@@ -28,8 +28,15 @@ const (
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	ManagedBy      = "drascope-scheduler"
 
-	annotationPrefix     = "drascope.dev/"
+	annotationPrefix = "drascope.dev/"
+	// AnnotationReportedBy named the reporting pod (namespace/name) in
+	// rules of earlier releases. A rule is cluster-scoped and the pod
+	// belongs to a tenant, so it is no longer written: it is read from an
+	// old rule, and dropped at the rule's next sync.
 	AnnotationReportedBy = annotationPrefix + "reported-by"
+	// AnnotationReporter is the reporting pod's UID, which names no tenant
+	// and is all a restarted scheduler needs to match the pod's later
+	// reports.
 	AnnotationReporter   = annotationPrefix + "reporter-uid"
 	AnnotationNode       = annotationPrefix + "node"
 	AnnotationReportedAt = annotationPrefix + "reported-at"
@@ -78,7 +85,6 @@ func IsOwnRule(rule *resourceapi.DeviceTaintRule) bool {
 // RuleFor is the rule that persists an Unhealthy report.
 func RuleFor(r Report) *resourceapi.DeviceTaintRule {
 	annotations := map[string]string{
-		AnnotationReportedBy: r.Pod,
 		AnnotationReporter:   string(r.PodUID),
 		AnnotationNode:       r.Node,
 		AnnotationReportedAt: r.Since.UTC().Format(time.RFC3339),

@@ -199,7 +199,7 @@ func (w *TaintWriter) sync(ctx context.Context, name string) error {
 		_, err := w.client.ResourceV1().DeviceTaintRules().Create(ctx, desired, metav1.CreateOptions{})
 		w.observe("create", err)
 		if err == nil {
-			logger.V(2).Info("Created a DeviceTaintRule for an Unhealthy device", "rule", name, "device", d, "pod", desired.Annotations[AnnotationReportedBy])
+			logger.V(2).Info("Created a DeviceTaintRule for an Unhealthy device", "rule", name, "device", d, "reporterUID", desired.Annotations[AnnotationReporter])
 		}
 		return err
 	case sameRule(actual, desired):

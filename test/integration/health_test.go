@@ -42,7 +42,9 @@ func TestUnhealthyDeviceIsAvoided(t *testing.T) {
 	// Policy Taint: the device gets a NoSchedule DeviceTaintRule that says
 	// who reported it, when and why.
 	rule := s.waitForTaintRule(node, broken, "created", ruleExists)
-	if a := rule.Annotations; a[drahealth.AnnotationReportedBy] != s.namespace+"/trainer" || a[drahealth.AnnotationMessage] != "ECC error count exceeded" ||
+	// A rule is cluster-scoped: it carries the reporter's UID, never its
+	// name or namespace.
+	if a := rule.Annotations; a[drahealth.AnnotationReporter] != string(s.getPod("trainer").UID) || a[drahealth.AnnotationReportedBy] != "" || a[drahealth.AnnotationMessage] != "ECC error count exceeded" ||
 		a[drahealth.AnnotationNode] != node || a[drahealth.AnnotationReportedAt] == "" ||
 		rule.Labels[drahealth.ManagedByLabel] != drahealth.ManagedBy || rule.Spec.Taint.Effect != resourceapi.DeviceTaintEffectNoSchedule {
 		t.Errorf("DeviceTaintRule %s: labels %v, annotations %v, taint %+v", rule.Name, rule.Labels, rule.Annotations, rule.Spec.Taint)
@@ -142,8 +144,8 @@ func TestFailedPodsReportSurvivesRestart(t *testing.T) {
 
 	s.failWithHealth("job", health(node, broken, v1.ResourceHealthStatusUnhealthy, "Xid 79: GPU has fallen off the bus"))
 	rule := s.waitForTaintRule(node, broken, "created from the failed pod's report", ruleExists)
-	if got := rule.Annotations[drahealth.AnnotationReportedBy]; got != s.namespace+"/job" {
-		t.Errorf("DeviceTaintRule %s names reporter %q, want %s/job", rule.Name, got, s.namespace)
+	if got, want := rule.Annotations[drahealth.AnnotationReporter], string(s.getPod("job").UID); got != want {
+		t.Errorf("DeviceTaintRule %s names reporter UID %q, want job's, %s", rule.Name, got, want)
 	}
 	// The resourceclaim controller deleted the failed pod's claim already.
 	if err := env.client.CoreV1().Pods(s.namespace).Delete(s.ctx, "job", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
