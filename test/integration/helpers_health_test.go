@@ -90,13 +90,18 @@ func (s *scenario) addPodAvoiding(name, broken, why string) {
 }
 
 // waitForWithheld waits until pod name is unschedulable with a message
-// naming device of node as withheld, its reporter and kubelet's message.
+// naming device of node as withheld, its reporter (the node's kubelet when
+// reporter is "") and kubelet's message.
 func (s *scenario) waitForWithheld(name, node, device, reporter, message string) {
 	s.t.Helper()
+	by := "reported by pod " + s.namespace + "/" + reporter + " at "
+	if reporter == "" {
+		by = "reported by kubelet on node " + node + " at "
+	}
 	s.waitForPodUnschedulable(name,
 		"devices withheld because kubelet reported them Unhealthy",
 		driverName+"/"+node+"/"+device,
-		"reported by pod "+s.namespace+"/"+reporter+" at ",
+		by,
 		message)
 }
 
