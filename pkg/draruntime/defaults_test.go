@@ -1,6 +1,7 @@
 package draruntime
 
 import (
+	"fmt"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,4 +51,37 @@ func ptrs(lists []metav1.APIResourceList) []*metav1.APIResourceList {
 		out[i] = &lists[i]
 	}
 	return out
+}
+
+// Past maxSchedulerSeries names, this process's and default-scheduler keep
+// their series, then the busiest; the rest are summed, the same way on
+// every scrape.
+func TestPodsWithClaimsSeriesAreCapped(t *testing.T) {
+	counts := map[string]int{"drascope-scheduler": 0, "default-scheduler": 1}
+	for i := range 30 {
+		counts[fmt.Sprintf("team-%02d", i)] = i + 1
+	}
+	kept := func(name string) bool { return name == "drascope-scheduler" || name == "default-scheduler" }
+	got := capSeries(counts, kept)
+	if len(got) != maxSchedulerSeries {
+		t.Fatalf("%d series, want %d", len(got), maxSchedulerSeries)
+	}
+	for _, name := range []string{"drascope-scheduler", "default-scheduler", "team-29", "team-17"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("no series for %s: %v", name, got)
+		}
+	}
+	if _, ok := got["team-16"]; ok {
+		t.Errorf("team-16 kept over busier schedulers: %v", got)
+	}
+	total, want := 0, 0
+	for _, n := range got {
+		total += n
+	}
+	for _, n := range counts {
+		want += n
+	}
+	if total != want {
+		t.Errorf("series sum to %d, want every pod counted once, %d", total, want)
+	}
 }

@@ -1,6 +1,11 @@
 package draruntime
 
 import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -77,11 +82,14 @@ const otherSchedulers = "(others)"
 // PodsWithClaimsByScheduler counts the pods that use ResourceClaims and
 // have not finished, by spec.schedulerName: whoever allocates their
 // devices. Every scheduler this process serves with DRAScope has a count,
-// zero when none, so that a ratio never divides by no data; names past
-// maxSchedulerSeries are summed as "(others)".
+// zero when none, so that a ratio never divides by no data. Past
+// maxSchedulerSeries names, this process's and default-scheduler keep
+// theirs, the busiest others theirs too, and the rest are summed as
+// "(others)", so the same names keep their series from scrape to scrape.
 func (s *metricsSource) PodsWithClaimsByScheduler() map[string]int {
+	profiles := s.r.profileNames()
 	counts := map[string]int{}
-	for profile := range s.r.profileNames() {
+	for profile := range profiles {
 		counts[profile] = 0
 	}
 	pods, err := s.pods.List(labels.Everything())
@@ -92,13 +100,40 @@ func (s *metricsSource) PodsWithClaimsByScheduler() map[string]int {
 		if len(pod.Spec.ResourceClaims) == 0 || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 			continue
 		}
-		name := pod.Spec.SchedulerName
-		if _, ok := counts[name]; !ok && len(counts) >= maxSchedulerSeries {
-			name = otherSchedulers
-		}
-		counts[name]++
+		counts[pod.Spec.SchedulerName]++
 	}
-	return counts
+	return capSeries(counts, func(name string) bool { return profiles.Has(name) || name == v1.DefaultSchedulerName })
+}
+
+// capSeries keeps at most maxSchedulerSeries names of counts: those kept
+// first, then the largest counts (ties by name); the rest are summed
+// under otherSchedulers.
+func capSeries(counts map[string]int, kept func(string) bool) map[string]int {
+	if len(counts) <= maxSchedulerSeries {
+		return counts
+	}
+	names := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(names, func(a, b string) int {
+		if ka, kb := kept(a), kept(b); ka != kb {
+			if ka {
+				return -1
+			}
+			return 1
+		}
+		if c := cmp.Compare(counts[b], counts[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	capped := map[string]int{}
+	for i, name := range names {
+		if i < maxSchedulerSeries-1 {
+			capped[name] = counts[name]
+		} else {
+			capped[otherSchedulers] += counts[name]
+		}
+	}
+	return capped
 }
 
 // requestedClasses are the device classes a claim's requests name, a

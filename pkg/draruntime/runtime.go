@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
@@ -152,6 +154,9 @@ func (r *Runtime) Join(ctx context.Context, h Handle, args *config.DRAScopeArgs)
 	return nil
 }
 
+// discoveryTimeout bounds the one discovery call at start.
+const discoveryTimeout = 10 * time.Second
+
 // taintRulesCheck is whether DeviceTaintRules can be written, and why not.
 type taintRulesCheck struct {
 	ok  bool
@@ -168,7 +173,10 @@ func checkTaintRules(ctx context.Context, client kubernetes.Interface) *taintRul
 	if !utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules) {
 		return &taintRulesCheck{why: "the DRADeviceTaintRules feature gate is off"}
 	}
-	resources, err := client.Discovery().ServerResourcesForGroupVersion(resourceapi.SchemeGroupVersion.String())
+	// Bounded: a hung apiserver must not hold the scheduler's start.
+	ctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
+	defer cancel()
+	resources, err := discovery.ToDiscoveryInterfaceWithContext(client.Discovery()).ServerResourcesForGroupVersionWithContext(ctx, resourceapi.SchemeGroupVersion.String())
 	switch {
 	case apierrors.IsNotFound(err):
 		return &taintRulesCheck{why: "the apiserver does not serve " + resourceapi.SchemeGroupVersion.String()}
@@ -227,6 +235,10 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	if args.DeviceHealth.Policy == config.DeviceHealthTaint && !taintRules {
 		return fmt.Errorf("deviceHealth.policy %s needs the DRADeviceTaintRules feature gate; enable it or choose %s",
 			config.DeviceHealthTaint, config.DeviceHealthAvoid)
+	}
+	if args.DeviceHealth.Policy == config.DeviceHealthTaint && !r.taintRules.ok {
+		return fmt.Errorf("deviceHealth.policy %s needs DeviceTaintRules, but %s; choose %s",
+			config.DeviceHealthTaint, r.taintRules.why, config.DeviceHealthAvoid)
 	}
 	claims := factory.Resource().V1().ResourceClaims().Lister()
 	var writer *health.TaintWriter

@@ -1,8 +1,6 @@
 package drascope
 
 import (
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -97,11 +95,23 @@ type pendingAllocations struct {
 	byClaim map[types.UID]*resourceapi.AllocationResult
 }
 
-// inFlight returns the allocations this profile has in flight.
+// inFlight returns the allocations this profile signalled that upstream's
+// shared tracker still has in flight. An entry upstream no longer holds
+// (another profile sharing the claim removed it, or a sharer's removal
+// came between this profile's signal and its record) is dropped here, so
+// the map never keeps devices in use for ever.
 func (t *claimTracker) inFlight() []*resourceapi.AllocationResult {
 	t.pending.mu.Lock()
 	defer t.pending.mu.Unlock()
-	return slices.Collect(maps.Values(t.pending.byClaim))
+	var allocations []*resourceapi.AllocationResult
+	for uid, allocation := range t.pending.byClaim {
+		if t.ResourceClaimTracker.GetPendingAllocation(uid) != allocation {
+			delete(t.pending.byClaim, uid)
+			continue
+		}
+		allocations = append(allocations, allocation)
+	}
+	return allocations
 }
 
 // inUseSeen is the allocated state as handed to upstream's allocator, and

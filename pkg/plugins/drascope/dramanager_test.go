@@ -143,3 +143,21 @@ func TestDRAManagerReportsTheAllocationUpstreamKeeps(t *testing.T) {
 		t.Errorf("observer told %v, want the first allocation twice", observer.allocations)
 	}
 }
+
+// The profile's record of allocations in flight keeps only those upstream's
+// shared tracker still holds: one another profile removed (a shared claim)
+// or one whose removal raced its record is dropped, not held for ever.
+func TestInFlightDropsWhatUpstreamNoLongerHolds(t *testing.T) {
+	held := &resourceapi.AllocationResult{}
+	tracker := &claimTracker{ResourceClaimTracker: claimsAt{pending: map[types.UID]*resourceapi.AllocationResult{"held": held}}}
+	tracker.pending.byClaim = map[types.UID]*resourceapi.AllocationResult{
+		"held":    held,
+		"removed": {},
+	}
+	if got := tracker.inFlight(); len(got) != 1 || got[0] != held {
+		t.Errorf("inFlight = %v, want only the allocation upstream still holds", got)
+	}
+	if _, ok := tracker.pending.byClaim["removed"]; ok {
+		t.Error("the entry upstream no longer holds was kept")
+	}
+}
