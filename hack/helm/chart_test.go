@@ -285,8 +285,9 @@ func TestChartRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		"another namespace": {args: []string{"--namespace", "gpu-system"}, want: "install drascope into kube-system"},
-		"unknown mode":      {args: []string{"--namespace", "kube-system", "--set", "mode=both"}, want: `mode: "both" is not supported`},
+		"another namespace":    {args: []string{"--namespace", "gpu-system"}, want: "install drascope into kube-system"},
+		"unknown mode":         {args: []string{"--namespace", "kube-system", "--set", "mode=both"}, want: `mode: "both" is not supported`},
+		"extraArgs not a list": {args: []string{"--namespace", "kube-system", "--set", "extraArgs=--v=4"}, want: "extraArgs must be a list"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := run(t, "helm", append([]string{"template", "drascope", chartDir}, tc.args...)...)
