@@ -321,7 +321,12 @@ func (s *scenario) analyzeSoak(plan soakPlan) (soakAnalysis, error) {
 				p = &soakPreemptor{gpus: gpus[name], victims: map[string][]string{}}
 				a.preemptors[name] = p
 			}
-			p.victims[e.node] = append(p.victims[e.node], e.pod)
+			// DefaultPreemption may choose a victim again whose deletion
+			// its informer has not seen yet (seed 1651): one pod evicted,
+			// two events.
+			if !slices.Contains(p.victims[e.node], e.pod) {
+				p.victims[e.node] = append(p.victims[e.node], e.pod)
+			}
 			choosing(name, e.node, e.at)
 		case "Scheduled":
 			boundAt[e.pod], boundTo[e.pod] = e.at, e.node
