@@ -2,6 +2,7 @@ package drascope
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -460,5 +461,37 @@ func TestPodsSeenFromANamespace(t *testing.T) {
 		if got := podsSeenFrom("team-a", tc.pods); got != tc.want {
 			t.Errorf("podsSeenFrom(team-a, %d pods) = %q, want %q", len(tc.pods), got, tc.want)
 		}
+	}
+}
+
+// A victim the scheduler preempted is on its way out: in a preemption dry
+// run its claim's device is free, for the pod nominated before, so a
+// later preemptor does not choose a victim more for it.
+func TestDryRunCountsDevicesOfPreemptedVictimsFree(t *testing.T) {
+	training0 := holder("training-0", 0, "a")
+	preempted := training0.DeepCopy()
+	preempted.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler, LastTransitionTime: metav1.Now()}}
+	for name, tc := range map[string]struct {
+		pod  *v1.Pod
+		want bool
+	}{
+		"running":   {pod: training0},
+		"preempted": {pod: preempted, want: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			running := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			if err := running.Add(tc.pod); err != nil {
+				t.Fatal(err)
+			}
+			c := newDryRunCluster(t)
+			c.pl.pods = corelisters.NewPodLister(running)
+			view := c.pl.readReleaseView()
+			got := slices.ContainsFunc(view.allocations, func(a *resourceapi.AllocationResult) bool {
+				return a.Devices.Results[0].Device == "gpu-0"
+			})
+			if got != tc.want {
+				t.Errorf("claim a (gpu-0) of a %s pod releasing: %v, want %v", name, got, tc.want)
+			}
+		})
 	}
 }
