@@ -159,8 +159,11 @@ const discoveryTimeout = 10 * time.Second
 
 // taintRulesCheck is whether DeviceTaintRules can be written, and why not.
 type taintRulesCheck struct {
-	ok  bool
-	why string
+	// gateOn is the scheduler's DRADeviceTaintRules gate, which also
+	// decides whether the caches follow DeviceTaintRules.
+	gateOn bool
+	ok     bool
+	why    string
 }
 
 // checkTaintRules asks the scheduler's DRADeviceTaintRules gate and the
@@ -179,17 +182,17 @@ func checkTaintRules(ctx context.Context, client kubernetes.Interface) *taintRul
 	resources, err := discovery.ToDiscoveryInterfaceWithContext(client.Discovery()).ServerResourcesForGroupVersionWithContext(ctx, resourceapi.SchemeGroupVersion.String())
 	switch {
 	case apierrors.IsNotFound(err):
-		return &taintRulesCheck{why: "the apiserver does not serve " + resourceapi.SchemeGroupVersion.String()}
+		return &taintRulesCheck{gateOn: true, why: "the apiserver does not serve " + resourceapi.SchemeGroupVersion.String()}
 	case err != nil:
 		klog.FromContext(ctx).Info("Could not ask the apiserver whether it serves DeviceTaintRules; trusting the DRADeviceTaintRules feature gate", "err", err)
-		return &taintRulesCheck{ok: true}
+		return &taintRulesCheck{gateOn: true, ok: true}
 	}
 	for _, resource := range resources.APIResources {
 		if resource.Name == "devicetaintrules" {
-			return &taintRulesCheck{ok: true}
+			return &taintRulesCheck{gateOn: true, ok: true}
 		}
 	}
-	return &taintRulesCheck{why: "the apiserver does not serve devicetaintrules in " + resourceapi.SchemeGroupVersion.String()}
+	return &taintRulesCheck{gateOn: true, why: "the apiserver does not serve devicetaintrules in " + resourceapi.SchemeGroupVersion.String()}
 }
 
 // withResolvedDefaults returns args with the defaults that depend on the
@@ -231,12 +234,12 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 			HealthTaintKey:    health.TaintKey,
 		},
 	})
-	taintRules := utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules)
-	if args.DeviceHealth.Policy == config.DeviceHealthTaint && !taintRules {
-		return fmt.Errorf("deviceHealth.policy %s needs the DRADeviceTaintRules feature gate; enable it or choose %s",
-			config.DeviceHealthTaint, config.DeviceHealthAvoid)
-	}
+	taintRules := r.taintRules.gateOn
 	if args.DeviceHealth.Policy == config.DeviceHealthTaint && !r.taintRules.ok {
+		if !taintRules {
+			return fmt.Errorf("deviceHealth.policy %s needs the DRADeviceTaintRules feature gate; enable it or choose %s",
+				config.DeviceHealthTaint, config.DeviceHealthAvoid)
+		}
 		return fmt.Errorf("deviceHealth.policy %s needs DeviceTaintRules, but %s; choose %s",
 			config.DeviceHealthTaint, r.taintRules.why, config.DeviceHealthAvoid)
 	}
