@@ -71,11 +71,11 @@ type PoolStatusArgs struct {
 	// MinPublishInterval is the least time between two writes of one
 	// ResourcePool; changes in between are coalesced.
 	MinPublishInterval metav1.Duration
-	// MaxWritesPerSecond bounds the publisher's ResourcePool writes across
-	// all pools while no pool's change has waited half of MaxPublishDelay.
+	// MaxWritesPerSecond is the budget of early writes (quiet pools before
+	// their deadline, repairs) and, apart, of new pools' creations.
 	MaxWritesPerSecond int32
 	// MaxPublishDelay is the delay from an allocation change to its
-	// ResourcePool write that the publisher aims to stay under.
+	// ResourcePool write: every change is written by then.
 	MaxPublishDelay metav1.Duration
 }
 

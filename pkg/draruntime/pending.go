@@ -1,6 +1,8 @@
 package draruntime
 
 import (
+	"time"
+
 	"cmp"
 	"maps"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/drascope/drascope/pkg/poolcache"
+	"github.com/drascope/drascope/pkg/poolpublisher"
 )
 
 // metricsSource is what the per-pool gauges and the pending-pods gauge read
@@ -26,6 +29,17 @@ type metricsSource struct {
 	classes resourcelisters.DeviceClassLister
 	// classCounts caches AvailableDevicesByDeviceClass per pool.
 	classCounts classCounts
+	// publisher is nil when publishing ResourcePools is off.
+	publisher *poolpublisher.Publisher
+}
+
+// Publishing is what the publisher reports of itself.
+func (s *metricsSource) Publishing() (enabled, publishing bool, oldestUnwritten time.Duration) {
+	if s.publisher == nil {
+		return false, false, 0
+	}
+	oldestUnwritten, publishing = s.publisher.OldestUnwritten()
+	return true, publishing, oldestUnwritten
 }
 
 // PendingPodsByDeviceClass counts the pods of this scheduler's DRAScope

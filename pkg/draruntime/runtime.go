@@ -355,11 +355,12 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	})
 	healthmetrics.Register()
 	stopExport := poolmetrics.Export(&metricsSource{
-		Cache:   r.pools,
-		r:       r,
-		pods:    factory.Core().V1().Pods().Lister(),
-		claims:  factory.Resource().V1().ResourceClaims().Lister(),
-		classes: factory.Resource().V1().DeviceClasses().Lister(),
+		Cache:     r.pools,
+		r:         r,
+		pods:      factory.Core().V1().Pods().Lister(),
+		claims:    factory.Resource().V1().ResourceClaims().Lister(),
+		classes:   factory.Resource().V1().DeviceClasses().Lister(),
+		publisher: publisher,
 	})
 	r.goroutines.Go(func() {
 		<-ctx.Done()

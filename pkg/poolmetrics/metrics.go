@@ -49,8 +49,16 @@ var (
 	// PublishDelay: from an allocation change to the ResourcePool write.
 	PublishDelay = metrics.NewHistogramVec(&metrics.HistogramOpts{
 		Name:           "drascope_resourcepool_publish_delay_seconds",
-		Help:           "Delay between the oldest change a ResourcePool status write reflects and that write; includes poolStatus.minPublishInterval coalescing.",
+		Help:           "Delay between the oldest change a ResourcePool status write reflects and that write, for pools whose object exists (first publications: drascope_resourcepool_first_publish_delay_seconds).",
 		Buckets:        publishDelayBuckets,
+		StabilityLevel: metrics.ALPHA,
+	}, nil)
+	// FirstPublishDelay: from a new pool's first change to its object's
+	// creation, which is paced apart from the writes of changes.
+	FirstPublishDelay = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Name:           "drascope_resourcepool_first_publish_delay_seconds",
+		Help:           "Delay between a new pool's oldest change and the creation of its ResourcePool, which is paced at poolStatus.maxWritesPerSecond apart from the writes of changes; not part of drascope_resourcepool_publish_delay_seconds.",
+		Buckets:        metrics.ExponentialBuckets(0.001, 2, 22),
 		StabilityLevel: metrics.ALPHA,
 	}, nil)
 	// Writes: ResourcePool API writes by verb, the publisher's load on the
@@ -104,6 +112,12 @@ var (
 	conditionDesc = metrics.NewDesc("drascope_resourcepool_condition",
 		"Conditions of a pool, as its ResourcePool status has them (1 true, 0 false): Complete (every slice of the pool's generation is present) and Valid (its slices passed validation and no confirmed allocation conflict).",
 		[]string{"driver", "pool", "node", "condition"}, nil, metrics.ALPHA, "")
+	publishingDesc = metrics.NewDesc("drascope_resourcepool_publishing",
+		"1 when this replica publishes ResourcePool objects, 0 when poolStatus.publishResourcePools is on but it does not (a standby, or the CRD is not installed); no series when publishing is off. Across replicas, a maximum of 0 means nobody keeps ResourcePools current.",
+		nil, nil, metrics.ALPHA, "")
+	oldestUnwrittenDesc = metrics.NewDesc("drascope_resourcepool_oldest_unwritten_change_seconds",
+		"Age of the oldest pool change that no ResourcePool write has taken up yet, in the replica that publishes (0 when every ResourcePool is current). The publisher writes each change within poolStatus.maxPublishDelay. New pools waiting for their object to be created, which is paced apart, do not count.",
+		nil, nil, metrics.ALPHA, "")
 	poolsDesc = metrics.NewDesc("resourcepool_controller_pools_total",
 		"Number of pools the scheduler's side cache tracks.",
 		nil, nil, metrics.ALPHA, "")
@@ -128,6 +142,9 @@ type Source interface {
 	// PodsWithClaimsByScheduler counts the pods that use ResourceClaims and
 	// have not finished, by scheduler name.
 	PodsWithClaimsByScheduler() map[string]int
+	// Publishing reports whether publishing ResourcePools is on, whether
+	// this process publishes, and the age of its oldest unwritten change.
+	Publishing() (enabled, publishing bool, oldestUnwritten time.Duration)
 }
 
 // Export registers the metrics in the legacy registry (once per process)
@@ -146,7 +163,7 @@ func Export(source Source) (stop func()) {
 // The per-pool gauges have no series until a source is exported.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, Writes, DueWrites, RecomputeDuration, ConflictChecks)
+		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, FirstPublishDelay, Writes, DueWrites, RecomputeDuration, ConflictChecks)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
 }
@@ -195,6 +212,8 @@ func (c *poolCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- classAvailableDesc
 	ch <- conditionDesc
 	ch <- claimPodsDesc
+	ch <- publishingDesc
+	ch <- oldestUnwrittenDesc
 }
 
 func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
@@ -210,6 +229,12 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	}
 	for scheduler, n := range (*source).PodsWithClaimsByScheduler() {
 		ch <- metrics.NewLazyConstMetric(claimPodsDesc, metrics.GaugeValue, float64(n), scheduler)
+	}
+	if enabled, publishing, oldest := (*source).Publishing(); enabled {
+		ch <- metrics.NewLazyConstMetric(publishingDesc, metrics.GaugeValue, boolValue(publishing))
+		if publishing {
+			ch <- metrics.NewLazyConstMetric(oldestUnwrittenDesc, metrics.GaugeValue, oldest.Seconds())
+		}
 	}
 	snapshots := (*source).List()
 	ch <- metrics.NewLazyConstMetric(poolsDesc, metrics.GaugeValue, float64(len(snapshots)))
@@ -246,7 +271,11 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 }
 
 // ObservePublished is a poolpublisher.Options.ObservePublished function.
-func ObservePublished(delay time.Duration) {
+func ObservePublished(delay time.Duration, first bool) {
+	if first {
+		FirstPublishDelay.WithLabelValues().Observe(delay.Seconds())
+		return
+	}
 	PublishDelay.WithLabelValues().Observe(delay.Seconds())
 }
 

@@ -1,10 +1,10 @@
 // Package poolpublisher writes ResourcePool objects (drascope.dev/v1alpha1)
 // from the pool side cache: one per pool, only from the replica that leads
 // scheduling (the caller decides; see pkg/draruntime), only when the status
-// changed, at most once per minimum interval per pool, within a write budget
-// until a change has waited half of the delay the publisher aims for, with
-// backoff on errors. While publishing it watches the objects it writes, so
-// one deleted or edited by hand is put back as soon as the minimum interval
+// changed, each change by its deadline (see plan), quiet pools early within
+// a write budget, at most once per minimum interval per pool, with backoff
+// on errors. While publishing it watches the objects it writes, so one
+// deleted or edited by hand is put back as soon as the minimum interval
 // allows.
 package poolpublisher
 
@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -66,8 +67,9 @@ type Options struct {
 	// Observe, when set, receives each sync's duration and error.
 	Observe func(duration time.Duration, err error)
 	// ObservePublished, when set, receives the delay from the oldest change
-	// a successful write reflects to that write.
-	ObservePublished func(delay time.Duration)
+	// a successful write reflects to that write; first is set for a pool's
+	// first publication (its object created), which is paced apart.
+	ObservePublished func(delay time.Duration, first bool)
 	// ObserveWrite, when set, is told of every successful write to the API:
 	// verb is create, update (of the status) or delete.
 	ObserveWrite func(verb string)
@@ -84,10 +86,12 @@ type Publisher struct {
 	client versioned.Interface
 	// writes are the client's ResourcePool writes, within the budget.
 	writes typedv1alpha1.ResourcePoolInterface
-	// budget is writes' throttle; nil without MaxWritesPerSecond.
-	budget *throttledWrites
-	opts   Options
-	clock  clock.WithTicker
+	// budget and creations are the write budget of quiet pools' changes
+	// and of first publications; nil without MaxWritesPerSecond. Writes
+	// that no turn admitted (repairs) wait for budget's tokens.
+	budget, creations *rate.Limiter
+	opts              Options
+	clock             clock.WithTicker
 
 	mu sync.Mutex
 	// term is what one term of holding the lease knows; nil while not
@@ -107,17 +111,13 @@ type term struct {
 	// deleted are the UIDs of objects the informer saw deleted, so that a
 	// write that returned after the delete is not trusted.
 	deleted sets.Set[types.UID]
-	// lastWrite per pool, for the minimum interval.
-	lastWrite map[drausage.PoolID]time.Time
-	// unpublishedSince: the oldest change of each pool that no sync has
-	// taken up yet. A sync takes it before it reads the snapshot, so a
-	// change during the sync's writes starts a clock of its own.
-	unpublishedSince map[drausage.PoolID]time.Time
+	// plan says when each pool is written. A sync takes up a pool's
+	// unwritten change before it reads the snapshot, so a change during
+	// the sync's writes gets a deadline of its own.
+	plan *plan
 	// crdGone is set when a write found the CRD no longer served: the term
 	// ends, and Run goes back to waiting for it.
 	crdGone bool
-	// tokenAt: when the budget's token that a pool holds comes.
-	tokenAt map[drausage.PoolID]time.Time
 	// stop ends the term's workers.
 	stop context.CancelFunc
 }
@@ -153,8 +153,9 @@ func New(source Source, client versioned.Interface, opts Options) *Publisher {
 		clock:  c,
 	}
 	if opts.MaxWritesPerSecond > 0 {
-		p.budget = newThrottledWrites(p.writes, opts.MaxWritesPerSecond, opts.ObserveOverBudget)
-		p.writes = p.budget
+		p.budget = rate.NewLimiter(rate.Limit(opts.MaxWritesPerSecond), int(opts.MaxWritesPerSecond))
+		p.creations = rate.NewLimiter(rate.Limit(opts.MaxWritesPerSecond), int(opts.MaxWritesPerSecond))
+		p.writes = newThrottledWrites(p.writes, p.budget, opts.ObserveOverBudget)
 	}
 	source.Subscribe(func(changed []drausage.PoolID) {
 		p.mu.Lock()
@@ -164,7 +165,7 @@ func New(source Source, client versioned.Interface, opts Options) *Publisher {
 		}
 		for _, id := range changed {
 			if snap := source.Get(id); snap != nil {
-				p.term.noteUnwritten(id, snap.ChangedAt)
+				p.term.plan.changed(id, snap.ChangedAt, p.clock.Now())
 			}
 			p.term.queue.Add(id)
 		}
@@ -236,14 +237,12 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		return false
 	}
 	t := &term{
-		queue:            queue,
-		objects:          informer.GetIndexer(),
-		written:          map[drausage.PoolID]*v1alpha1.ResourcePool{},
-		deleted:          sets.New[types.UID](),
-		lastWrite:        map[drausage.PoolID]time.Time{},
-		unpublishedSince: map[drausage.PoolID]time.Time{},
-		tokenAt:          map[drausage.PoolID]time.Time{},
-		stop:             cancel,
+		queue:   queue,
+		objects: informer.GetIndexer(),
+		written: map[drausage.PoolID]*v1alpha1.ResourcePool{},
+		deleted: sets.New[types.UID](),
+		plan:    newPlan(p.opts.MinInterval, p.opts.MaxDelay, workers, p.budget, p.creations),
+		stop:    cancel,
 	}
 	if _, err := informer.AddEventHandler(p.watchHandler(t)); err != nil {
 		logger.Error(err, "Watching ResourcePools; not publishing in this term")
@@ -260,7 +259,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 	// queue them before the workers start. The pass below, once the cache
 	// has synced, does the same for pools it learns of until then.
 	for _, snap := range p.source.List() {
-		t.noteUnwritten(snap.PoolID, snap.ChangedAt)
+		t.plan.changed(snap.PoolID, snap.ChangedAt, snap.ComputedAt)
 	}
 	p.mu.Unlock()
 	defer func() {
@@ -289,7 +288,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		// with many pools) would publish them at the budget's pace.
 		for _, snap := range p.source.List() {
 			p.mu.Lock()
-			t.noteUnwritten(snap.PoolID, snap.ChangedAt)
+			t.plan.changed(snap.PoolID, snap.ChangedAt, snap.ComputedAt)
 			p.mu.Unlock()
 			queue.Add(snap.PoolID)
 		}
@@ -314,21 +313,19 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 
 // watchHandler queues the pool of every ResourcePool the informer sees
 // change, so that one changed or deleted by someone else is put back. The
-// publisher's own writes come back too; their sync finds nothing to do.
+// publisher's own writes coming back queue nothing.
 func (p *Publisher) watchHandler(t *term) cache.ResourceEventHandler {
+	queue := func(obj interface{}) {
+		if rp, ok := obj.(*v1alpha1.ResourcePool); ok && !p.ownWrite(t, rp) {
+			t.queue.Add(poolOf(rp))
+		}
+	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) {
-			if rp, ok := obj.(*v1alpha1.ResourcePool); ok {
-				t.queue.Add(poolOf(rp))
-			}
-		},
-		UpdateFunc: func(oldObj, newObj interface{}) {
-			if rp, ok := oldObj.(*v1alpha1.ResourcePool); ok {
-				t.queue.Add(poolOf(rp))
-			}
-			if rp, ok := newObj.(*v1alpha1.ResourcePool); ok {
-				t.queue.Add(poolOf(rp))
-			}
+		AddFunc: queue,
+		UpdateFunc: func(_, newObj interface{}) {
+			// The pool an object names is immutable (spec), so the new
+			// object names the old one's pool.
+			queue(newObj)
 		},
 		DeleteFunc: func(obj interface{}) {
 			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -350,6 +347,15 @@ func (p *Publisher) watchHandler(t *term) cache.ResourceEventHandler {
 	}
 }
 
+// ownWrite reports whether the informer's rp is the publisher's own last
+// write of its pool, or an earlier version of it: nothing to sync.
+func (p *Publisher) ownWrite(t *term, rp *v1alpha1.ResourcePool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := t.written[poolOf(rp)]
+	return w != nil && w.UID == rp.UID && !poolcache.Newer(rp, w)
+}
+
 func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	id, shutdown := t.queue.Get()
 	if shutdown {
@@ -357,35 +363,38 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	}
 	defer t.queue.Done(id)
 
-	if wait := p.untilAllowed(t, id); wait > 0 {
-		t.queue.AddAfter(id, wait)
+	existing, _ := p.current(t, id)
+	start := p.clock.Now()
+	p.mu.Lock()
+	d := t.plan.decide(id, start, existing != nil)
+	p.mu.Unlock()
+	if d.wait > 0 {
+		// The pool waits in the queue, not in a worker.
+		t.queue.AddAfter(id, d.wait)
 		return true
 	}
-	start := p.clock.Now()
-	since, pending := p.takeUnpublished(t, id)
 	syncCtx := ctx
-	if pending && p.budget != nil && p.opts.MaxDelay > 0 {
-		tn, wait := p.turnFor(t, id, since)
-		if wait > 0 {
-			// The pool waits in the queue, not in a worker.
-			p.putBackUnpublished(t, id, since, pending)
-			t.queue.AddAfter(id, wait)
-			return true
-		}
-		syncCtx = withTurn(ctx, tn)
+	if d.turn != 0 {
+		syncCtx = withTurn(ctx, d.turn)
 	}
 	done, err := p.sync(syncCtx, t, id)
+	end := p.clock.Now()
 	if p.opts.Observe != nil {
-		p.opts.Observe(p.clock.Since(start), err)
+		p.opts.Observe(end.Sub(start), err)
 	}
+	p.mu.Lock()
 	switch {
 	case err != nil, done == later:
-		p.putBackUnpublished(t, id, since, pending)
-	case done == written && pending:
-		delay := p.clock.Since(since)
-		klog.FromContext(ctx).V(4).Info("Published pool status", "driver", id.Driver, "pool", id.Pool, "delay", delay)
+		t.plan.putBack(id, d)
+	case done == written:
+		t.plan.wrote(id, start, end)
+	}
+	p.mu.Unlock()
+	if done == written && err == nil && d.pending {
+		delay := end.Sub(d.since)
+		klog.FromContext(ctx).V(4).Info("Published pool status", "driver", id.Driver, "pool", id.Pool, "delay", delay, "created", existing == nil)
 		if p.opts.ObservePublished != nil {
-			p.opts.ObservePublished(delay)
+			p.opts.ObservePublished(delay, existing == nil)
 		}
 	}
 	if v1alpha1.IsNotServed(err) {
@@ -407,66 +416,18 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	return true
 }
 
-// turnFor is a pool's turn to write a change unwritten since since: a
-// token it holds and that has come, or what the budget admits (see admit);
-// or how long to wait.
-func (p *Publisher) turnFor(t *term, id drausage.PoolID, since time.Time) (turn, time.Duration) {
-	now := p.clock.Now()
+// OldestUnwritten returns how long the oldest change no write has taken up
+// yet has waited, and whether this process publishes at all.
+func (p *Publisher) OldestUnwritten() (age time.Duration, publishing bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if at, held := t.tokenAt[id]; held {
-		if now.Before(at) {
-			return 0, at.Sub(now)
-		}
-		delete(t.tokenAt, id)
-		return withinBudget, 0
+	if p.term == nil {
+		return 0, false
 	}
-	tn, wait := p.budget.admit(now, since.Add(p.opts.MaxDelay/2))
-	if tn == withinBudget && wait > 0 {
-		t.tokenAt[id] = now.Add(wait)
-		return 0, wait
+	if oldest, ok := p.term.plan.oldestUnwritten(); ok {
+		return max(p.clock.Since(oldest), 0), true
 	}
-	return tn, wait
-}
-
-// takeUnpublished hands a sync the time of the pool's oldest unwritten
-// change, if any; the pool's later changes start a clock of their own.
-func (p *Publisher) takeUnpublished(t *term, id drausage.PoolID) (since time.Time, pending bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	since, pending = t.unpublishedSince[id]
-	delete(t.unpublishedSince, id)
-	return since, pending
-}
-
-// putBackUnpublished returns what takeUnpublished handed out to a sync that
-// did not publish it.
-func (p *Publisher) putBackUnpublished(t *term, id drausage.PoolID, since time.Time, pending bool) {
-	if !pending {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	t.noteUnwritten(id, since)
-}
-
-// noteUnwritten records that a pool has a change from at not yet written,
-// keeping the oldest. The caller holds the publisher's lock.
-func (t *term) noteUnwritten(id drausage.PoolID, at time.Time) {
-	if oldest, ok := t.unpublishedSince[id]; !ok || at.Before(oldest) {
-		t.unpublishedSince[id] = at
-	}
-}
-
-// untilAllowed says how long a pool must wait for its next write.
-func (p *Publisher) untilAllowed(t *term, id drausage.PoolID) time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	last, ok := t.lastWrite[id]
-	if !ok {
-		return 0
-	}
-	return p.opts.MinInterval - p.clock.Since(last)
+	return 0, true
 }
 
 // current returns a pool's object as the server last showed it: the
@@ -590,7 +551,7 @@ func (p *Publisher) delete(ctx context.Context, t *term, id drausage.PoolID, obj
 	defer p.mu.Unlock()
 	if w := t.written[id]; w != nil && w.UID == obj.UID {
 		delete(t.written, id)
-		delete(t.lastWrite, id)
+		t.plan.forget(id)
 	}
 	return nil
 }
@@ -617,6 +578,11 @@ func (p *Publisher) create(ctx context.Context, t *term, id drausage.PoolID, sna
 		return fmt.Errorf("ResourcePool %s belongs to pool %s/%s", created.Name, created.Spec.Driver, created.Spec.PoolName)
 	}
 	klog.FromContext(ctx).V(2).Info("Created ResourcePool", "resourcepool", created.Name, "driver", id.Driver, "pool", id.Pool)
+	// Remembered, so that the informer's event for it queues nothing; a
+	// failed status write below leaves it with an empty status, which the
+	// retry sees.
+	p.remember(t, id, created)
+	created = created.DeepCopy()
 	created.Status = *status
 	return p.updateStatus(ctx, t, id, created)
 }
@@ -636,13 +602,18 @@ func (p *Publisher) updateStatus(ctx context.Context, t *term, id drausage.PoolI
 		return fmt.Errorf("updating status of ResourcePool %s: %w", obj.Name, err)
 	}
 	p.wrote("update")
+	p.remember(t, id, updated)
+	return nil
+}
+
+// remember keeps a pool's object as a write returned it, until the
+// informer catches up.
+func (p *Publisher) remember(t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !t.deleted.Has(updated.UID) {
-		t.written[id] = updated
+	if !t.deleted.Has(obj.UID) {
+		t.written[id] = obj
 	}
-	t.lastWrite[id] = p.clock.Now()
-	return nil
 }
 
 func (p *Publisher) wrote(verb string) {

@@ -2,7 +2,6 @@ package poolpublisher
 
 import (
 	"context"
-	"time"
 
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +12,7 @@ import (
 
 // throttledWrites makes ResourcePool writes take a token of the write
 // budget, so that the publisher's load on the apiserver stays small while
-// pools are fresh. A sync for a pool's change asks admit for its turn
+// pools are fresh. A sync for a pool's change gets its turn from the plan
 // first, and its writes then go without waiting; any other write (a repair
 // after a hand edit, an orphan's delete) waits for a token. Reads are not
 // throttled: they only follow a failed write.
@@ -25,10 +24,10 @@ type throttledWrites struct {
 	overBudget func()
 }
 
-func newThrottledWrites(client typedv1alpha1.ResourcePoolInterface, perSecond int32, overBudget func()) *throttledWrites {
+func newThrottledWrites(client typedv1alpha1.ResourcePoolInterface, limiter *rate.Limiter, overBudget func()) *throttledWrites {
 	return &throttledWrites{
 		ResourcePoolInterface: client,
-		limiter:               rate.NewLimiter(rate.Limit(perSecond), int(perSecond)),
+		limiter:               limiter,
 		overBudget:            overBudget,
 	}
 }
@@ -49,28 +48,6 @@ type turnKey struct{}
 // withTurn marks the writes made with ctx as admitted.
 func withTurn(ctx context.Context, tn turn) context.Context {
 	return context.WithValue(ctx, turnKey{}, tn)
-}
-
-// admit gives a sync for a change that falls due at due its turn: past
-// the budget once due; otherwise the next token, if that comes before the
-// change is due, after wait (zero: now), which the caller holds for the
-// pool; otherwise none, and the pool is to ask again when due. It never
-// blocks, so that no worker is held by a pool that is not due while others
-// are, and it reserves at most the tokens that come before the due times,
-// so pools waiting for the budget do not all wake at each token. A sync
-// that takes a token may make two writes with it (a new pool's object, then
-// its status).
-func (t *throttledWrites) admit(now, due time.Time) (tn turn, wait time.Duration) {
-	if !now.Before(due) {
-		return pastBudget, 0
-	}
-	reservation := t.limiter.ReserveN(now, 1)
-	untilDue := due.Sub(now)
-	if delay := reservation.DelayFrom(now); reservation.OK() && delay <= untilDue {
-		return withinBudget, delay
-	}
-	reservation.CancelAt(now)
-	return 0, untilDue
 }
 
 // wait returns when the write may go: at once for an admitted sync,

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
@@ -16,7 +17,7 @@ import (
 // only counts requests: no apiserver behaviour is involved.
 func TestThrottledWritesWaitForTheBudget(t *testing.T) {
 	client := fake.NewSimpleClientset()
-	writes := newThrottledWrites(client.DrascopeV1alpha1().ResourcePools(), 1, nil)
+	writes := newThrottledWrites(client.DrascopeV1alpha1().ResourcePools(), rate.NewLimiter(1, 1), nil)
 	pool := func(name string) *v1alpha1.ResourcePool {
 		return &v1alpha1.ResourcePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	}
@@ -38,36 +39,21 @@ func TestThrottledWritesWaitForTheBudget(t *testing.T) {
 	}
 }
 
-// A sync's turn: within the budget while it has tokens, a held token when
-// the next one comes before the change is due, past the budget once due,
-// and otherwise a wait until due. Admitted writes do not wait; only those
-// past the budget are counted. The fake client only counts requests.
-func TestAdmitAndTurns(t *testing.T) {
+// Writes a turn admitted go at once, those past the budget are counted,
+// and any other waits for a token. The fake client only counts requests.
+func TestWritesOfATurnDoNotWait(t *testing.T) {
 	client := fake.NewSimpleClientset()
 	due := 0
-	writes := newThrottledWrites(client.DrascopeV1alpha1().ResourcePools(), 1, func() { due++ })
-	now := time.Now()
-	second := time.Second
-
-	if tn, wait := writes.admit(now, now.Add(5*second)); tn != withinBudget || wait != 0 {
-		t.Errorf("first sync: turn %v after %v, want within the budget at once", tn, wait)
+	limiter := rate.NewLimiter(1, 1)
+	writes := newThrottledWrites(client.DrascopeV1alpha1().ResourcePools(), limiter, func() { due++ })
+	// The plan took the only token.
+	if !limiter.Allow() {
+		t.Fatal("the bucket started empty")
 	}
-	// The bucket is empty; the next token comes in a second.
-	if tn, wait := writes.admit(now, now.Add(5*second)); tn != withinBudget || wait != second {
-		t.Errorf("second sync, due in 5s: turn %v after %v, want the token that comes in 1s", tn, wait)
-	}
-	// That token is held; the one after comes in 2s, after this change is due.
-	if tn, wait := writes.admit(now, now.Add(1500*time.Millisecond)); tn != 0 || wait != 1500*time.Millisecond {
-		t.Errorf("third sync, due in 1.5s: turn %v after %v, want to ask again when due", tn, wait)
-	}
-	if tn, wait := writes.admit(now, now); tn != pastBudget || wait != 0 {
-		t.Errorf("a due sync: turn %v after %v, want past the budget at once", tn, wait)
-	}
-
 	pool := func(name string) *v1alpha1.ResourcePool {
 		return &v1alpha1.ResourcePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	}
-	// The bucket is empty: an unadmitted write would wait about 2s, which
+	// The bucket is empty: an unadmitted write would wait about 1s, which
 	// the deadline does not allow; admitted ones go at once.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()

@@ -127,3 +127,54 @@ func TestAPIServerRestartMidBurst(t *testing.T) {
 	t.Logf("kube-apiserver killed with %d of 64 GPUs placed, ready again after %s; next placement: %s; placement settled %s after it was ready; ResourcePools matched the API %s after the last placement (%s after the apiserver was ready)",
 		bound, since(killed, ready), r.next, since(ready, r.settled), since(r.settled, r.matched), since(ready, r.matched))
 }
+
+// (d) Both faults at once, as issue 32 found them: the leader is killed
+// mid-burst, kube-apiserver 2s later, down for 3s. The standby takes over
+// and places the rest. Every ResourcePool must equal a recount of the
+// apiserver's slices and claims within maxPublishDelay (10s, the shipped
+// config) of the last placement, and stay equal. Before the fix the pools
+// were right only 20-22s after it.
+func TestLeaderFailoverWithAPIServerRestart(t *testing.T) {
+	restartScheduler(t, func() {
+		ctx := context.Background()
+		previous := ""
+		if lease := schedulerLease(ctx); lease != nil {
+			previous = ptr.Deref(lease.Spec.HolderIdentity, "")
+		}
+		a := startReplica(t, "replica-a", leaseTiming)
+		leaderA, _ := waitForLeaseHolder(t, previous)
+		b := startReplica(t, "replica-b", leaseTiming)
+
+		s := newScenario(t, nil)
+		pools := s.gpuNodes(16, 8)
+		s.burst("pod", 160, schedulerName)
+		s.waitForBound(35)
+
+		bound, _, _ := s.placement()
+		killed := time.Now()
+		a.Kill()
+		if bound >= 128 {
+			t.Fatalf("all 128 GPUs were placed before the leader was killed: nothing was in flight; make the burst larger")
+		}
+		time.Sleep(2 * time.Second)
+		if err := env.cp.RestartAPIServer(ctx, 3*time.Second); err != nil {
+			t.Fatalf("restarting kube-apiserver: %v", err)
+		}
+		ready := time.Now()
+		_, tookOver := waitForLeaseHolder(t, leaderA)
+		r := s.recoverAfter(ready, 160, 128, pools)
+		t.Logf("leader killed with %d of 128 GPUs placed, kube-apiserver ready again %s later; Lease taken over %s after the kill; next placement: %s; placement settled %s after the apiserver was ready; ResourcePools matched the API %s after the last placement",
+			bound, since(killed, ready), since(killed, tookOver), r.next, since(ready, r.settled), since(r.settled, r.matched))
+		if lag := r.matched.Sub(r.settled); lag > 10*time.Second {
+			t.Errorf("ResourcePools matched the API %s after the last placement; want within maxPublishDelay (10s)", lag.Round(10*time.Millisecond))
+		}
+		// And they stay equal: no late write of an older view.
+		for range 10 {
+			time.Sleep(300 * time.Millisecond)
+			if mismatch := s.poolMismatch(ctx, pools); mismatch != "" {
+				t.Fatalf("ResourcePools matched the API, then no longer: %s", mismatch)
+			}
+		}
+		b.stop()
+	})
+}

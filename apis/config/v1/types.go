@@ -85,26 +85,29 @@ type PoolStatusArgs struct {
 	// +optional
 	PublishResourcePools *bool `json:"publishResourcePools,omitempty"`
 	// MinPublishInterval is the least time between two writes of one
-	// ResourcePool; changes in between are coalesced into the next write.
-	// Default 1s; must be positive.
+	// ResourcePool, for any reason (a repair after a hand edit too);
+	// changes in between are coalesced into the next write. A pool written
+	// lately is written early again only once it has not changed for this
+	// long (or half of maxPublishDelay after its last write). Default 1s;
+	// must be positive.
 	// +optional
 	MinPublishInterval *metav1.Duration `json:"minPublishInterval,omitempty"`
-	// MaxWritesPerSecond bounds the publisher's ResourcePool writes
-	// (creates, status updates, deletes) across all pools while they are
-	// fresh, so that a quiet cluster's pools are written at once and a busy
-	// one's are coalesced: each pool waiting for its turn gets its latest
-	// snapshot. A pool whose oldest unwritten change has waited half of
-	// maxPublishDelay does not wait for the budget. Default 5; must be at
-	// least 1.
+	// MaxWritesPerSecond is the budget of early writes: writes of quiet
+	// pools before their deadline (see maxPublishDelay), and repairs.
+	// A pool whose change reaches its deadline is written whatever the
+	// budget. New pools' objects are created at this pace too, from a
+	// budget of their own, so that the first publication of many pools
+	// is spread out. Default 5; must be at least 1.
 	// +optional
 	MaxWritesPerSecond *int32 `json:"maxWritesPerSecond,omitempty"`
 	// MaxPublishDelay is the delay from an allocation change to the
-	// ResourcePool write that shows it which the publisher aims to stay
-	// under (KEP-5677's SLO: 95% within 10s). Once a pool's change has
-	// waited half of it, the pool is written without waiting for
-	// maxWritesPerSecond, leaving the other half for the writes themselves;
-	// so under load the publisher writes each busy pool about once per half
-	// of it. Default 10s; must be at least twice minPublishInterval.
+	// ResourcePool write that shows it (KEP-5677's SLO: 95% within 10s).
+	// Every change has a deadline: its time plus this delay, less what
+	// the writes queued ahead of it will take (at most half of it); it is
+	// written by then, whatever maxWritesPerSecond. A pool that keeps
+	// changing is written about once per half of it. The first
+	// publication of a new pool is paced apart and not held to it.
+	// Default 10s; must be at least twice minPublishInterval.
 	// +optional
 	MaxPublishDelay *metav1.Duration `json:"maxPublishDelay,omitempty"`
 }

@@ -1,0 +1,247 @@
+package poolpublisher
+
+import (
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/drascope/drascope/pkg/drausage"
+)
+
+// plan decides when each pool's object is written. Every pool with an
+// unwritten change has a deadline: its oldest unwritten change plus the
+// delay the publisher aims for, less what the writes queued ahead of it
+// will take. A pool is written at its deadline at the latest; the write
+// budget only decides whether a pool may be written earlier, and only a
+// pool that is quiet may: not written in the last half of the delay, or
+// not changed for the minimum interval. So a pool that keeps changing is
+// written about once per half of the delay, one whose changes stopped a
+// minimum interval after its last change, and a quiet cluster's pools at
+// once. A pool that has no object yet is
+// created at the pace of a budget of its own, so that the first
+// publication of many pools (a start, nodes joining) is spread out instead
+// of falling due together and pushing back the writes of changes.
+//
+// It is pure: callers pass the time, and hold the publisher's lock.
+type plan struct {
+	minInterval time.Duration
+	maxDelay    time.Duration
+	// workers sync pools at once: the writes queued ahead of a pool take
+	// latency × queued / workers.
+	workers int
+	// budget admits early writes of quiet pools; creations paces first
+	// publications. Both nil without a budget: quiet pools are then
+	// written at once.
+	budget, creations *rate.Limiter
+
+	pools map[drausage.PoolID]*poolPlan
+	// unwritten counts the pools with an unwritten change.
+	unwritten int
+	// latency is a moving average of how long a sync that wrote took.
+	latency time.Duration
+}
+
+// poolPlan is what the plan knows of one pool.
+type poolPlan struct {
+	// since is the pool's oldest change not yet taken up by a sync; zero
+	// when there is none.
+	since time.Time
+	// lastWrite is when the last sync that wrote took up its changes.
+	lastWrite time.Time
+	// lastChange is when the pool's latest change was seen.
+	lastChange time.Time
+	// tokenAt is when a budget token this pool holds comes; zero when it
+	// holds none.
+	tokenAt time.Time
+	// new is set while the pool had no object when last asked: its
+	// changes wait for its creation, which is paced apart.
+	new bool
+}
+
+func newPlan(minInterval, maxDelay time.Duration, workers int, budget, creations *rate.Limiter) *plan {
+	return &plan{
+		minInterval: minInterval,
+		maxDelay:    maxDelay,
+		workers:     workers,
+		budget:      budget,
+		creations:   creations,
+		pools:       map[drausage.PoolID]*poolPlan{},
+	}
+}
+
+func (p *plan) pool(id drausage.PoolID) *poolPlan {
+	st := p.pools[id]
+	if st == nil {
+		st = &poolPlan{}
+		p.pools[id] = st
+	}
+	return st
+}
+
+// changed records a change of the pool from at (the oldest change its
+// snapshot is the first to show), seen at seen.
+func (p *plan) changed(id drausage.PoolID, at, seen time.Time) {
+	st := p.pool(id)
+	if seen.After(st.lastChange) {
+		st.lastChange = seen
+	}
+	p.unwrittenFrom(st, at)
+}
+
+// unwrittenFrom records an unwritten change from at, keeping the oldest.
+func (p *plan) unwrittenFrom(st *poolPlan, at time.Time) {
+	switch {
+	case st.since.IsZero():
+		p.unwritten++
+		st.since = at
+	case at.Before(st.since):
+		st.since = at
+	}
+}
+
+// oldestUnwritten returns the oldest unwritten change of any pool that
+// has an object.
+func (p *plan) oldestUnwritten() (oldest time.Time, ok bool) {
+	for _, st := range p.pools {
+		if !st.new && !st.since.IsZero() && (!ok || st.since.Before(oldest)) {
+			oldest, ok = st.since, true
+		}
+	}
+	return oldest, ok
+}
+
+// deadline is when a change unwritten since since must be written: the
+// writes queued ahead of it (all unwritten pools, at worst) get their
+// time first, up to half of the delay.
+func (p *plan) deadline(since time.Time) time.Time {
+	ahead := time.Duration(0)
+	if p.workers > 0 {
+		ahead = p.latency * time.Duration(p.unwritten) / time.Duration(p.workers)
+	}
+	return since.Add(p.maxDelay - min(ahead, p.maxDelay/2))
+}
+
+// decision is what the plan says of a pool at one moment.
+type decision struct {
+	// wait, when positive, is how long until the pool is to ask again.
+	wait time.Duration
+	// turn is how a sync that goes now was admitted: zero when it has no
+	// change to write (its writes, repairs, wait for the budget).
+	turn turn
+	// since is the change the sync takes up, if pending.
+	since   time.Time
+	pending bool
+}
+
+// decide says whether a sync of the pool may go now. One that goes takes
+// up the pool's unwritten change: a change after this starts a deadline of
+// its own. exists says whether the pool has an object yet.
+func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
+	st := p.pool(id)
+	st.new = !exists
+	if !st.lastWrite.IsZero() {
+		if wait := st.lastWrite.Add(p.minInterval).Sub(now); wait > 0 {
+			return decision{wait: wait}
+		}
+	}
+	if st.since.IsZero() {
+		return decision{}
+	}
+	tn, wait := p.turnFor(st, now, exists)
+	if wait > 0 {
+		return decision{wait: wait}
+	}
+	d := decision{turn: tn, since: st.since, pending: true}
+	st.since = time.Time{}
+	p.unwritten--
+	return d
+}
+
+// turnFor is the turn of a pool with an unwritten change, or how long it
+// waits for one.
+func (p *plan) turnFor(st *poolPlan, now time.Time, exists bool) (turn, time.Duration) {
+	if !exists {
+		return p.reserve(st, p.creations, now, time.Time{})
+	}
+	due := p.deadline(st.since)
+	if !now.Before(due) {
+		// A token it holds is not needed.
+		st.tokenAt = time.Time{}
+		return pastBudget, 0
+	}
+	if quiet := p.quietFrom(st); now.Before(quiet) {
+		// Changed since it took a token, or written lately: a token it
+		// holds is kept for when it is quiet.
+		if due.Before(quiet) {
+			return 0, due.Sub(now)
+		}
+		return 0, quiet.Sub(now)
+	}
+	return p.reserve(st, p.budget, now, due)
+}
+
+// quietFrom is when a pool may next be written early: at once if never
+// written; otherwise half the delay after its last write, or a minimum
+// interval after its last change, whichever comes first.
+func (p *plan) quietFrom(st *poolPlan) time.Time {
+	if st.lastWrite.IsZero() {
+		return time.Time{}
+	}
+	written := st.lastWrite.Add(p.maxDelay / 2)
+	if settled := st.lastChange.Add(p.minInterval); settled.Before(written) {
+		return settled
+	}
+	return written
+}
+
+// reserve takes the next token of limiter for the pool if it comes before
+// due (zero: whenever it comes); otherwise the pool waits until due. It
+// never blocks: a pool waits in the queue, not in a worker, and holds at
+// most one token, so pools waiting for the budget do not all wake at each
+// token.
+func (p *plan) reserve(st *poolPlan, limiter *rate.Limiter, now, due time.Time) (turn, time.Duration) {
+	if !st.tokenAt.IsZero() {
+		if wait := st.tokenAt.Sub(now); wait > 0 {
+			return 0, wait
+		}
+		st.tokenAt = time.Time{}
+		return withinBudget, 0
+	}
+	if limiter == nil {
+		return withinBudget, 0
+	}
+	reservation := limiter.ReserveN(now, 1)
+	delay := reservation.DelayFrom(now)
+	if reservation.OK() && (due.IsZero() || !now.Add(delay).After(due)) {
+		if delay > 0 {
+			st.tokenAt = now.Add(delay)
+			return 0, delay
+		}
+		return withinBudget, 0
+	}
+	reservation.CancelAt(now)
+	return 0, due.Sub(now)
+}
+
+// putBack returns a change a sync took up but did not write.
+func (p *plan) putBack(id drausage.PoolID, d decision) {
+	if d.pending {
+		p.unwrittenFrom(p.pool(id), d.since)
+	}
+}
+
+// wrote records a sync that took up its changes at start and wrote them
+// by end.
+func (p *plan) wrote(id drausage.PoolID, start, end time.Time) {
+	p.pool(id).lastWrite = start
+	const weight = 5
+	p.latency += (end.Sub(start) - p.latency) / weight
+}
+
+// forget drops a pool whose object is gone and that has nothing unwritten,
+// so that the plan does not grow with pools long deleted.
+func (p *plan) forget(id drausage.PoolID) {
+	if st := p.pools[id]; st != nil && st.since.IsZero() && st.tokenAt.IsZero() {
+		delete(p.pools, id)
+	}
+}

@@ -1,0 +1,357 @@
+package poolpublisher
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/drascope/drascope/pkg/drausage"
+)
+
+const (
+	testMinInterval = time.Second
+	testMaxDelay    = 10 * time.Second
+)
+
+func testPool(i int) drausage.PoolID {
+	return drausage.PoolID{Driver: "gpu.example.com", Pool: fmt.Sprintf("node-%d", i)}
+}
+
+// A pool's turns, one step at a time: a quiet pool goes within the budget,
+// or holds the next token; a pool written lately waits until it has been
+// quiet for the minimum interval; a change is written by its deadline
+// whatever the budget; a new pool waits for the creations' budget only.
+func TestPlanTurns(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	second := time.Second
+	p := newPlan(testMinInterval, testMaxDelay, 1, rate.NewLimiter(1, 1), rate.NewLimiter(1, 1))
+	a, b, c, fresh := testPool(1), testPool(2), testPool(3), testPool(4)
+
+	if d := p.decide(a, now, true); d.pending || d.wait != 0 {
+		t.Errorf("a pool without changes: %+v, want a sync without a turn at once", d)
+	}
+	p.changed(a, now, now)
+	if d := p.decide(a, now, true); d.turn != withinBudget || !d.pending || !d.since.Equal(now) {
+		t.Errorf("a quiet pool's change: %+v, want it taken up within the budget", d)
+	}
+	p.wrote(a, now, now.Add(10*time.Millisecond))
+
+	// The bucket is empty; the next token comes in a second.
+	p.changed(b, now, now)
+	if d := p.decide(b, now, true); d.wait != second {
+		t.Errorf("second pool: %+v, want to wait 1s for its token", d)
+	}
+	if d := p.decide(b, now.Add(second), true); d.turn != withinBudget {
+		t.Errorf("second pool when its token came: %+v, want within the budget", d)
+	}
+
+	// a changes 300ms after its write: within the minimum interval of
+	// the write, then until a minimum interval after the change.
+	changedAt := now.Add(300 * time.Millisecond)
+	p.changed(a, changedAt, changedAt)
+	if d := p.decide(a, changedAt, true); d.wait != 700*time.Millisecond {
+		t.Errorf("a change within the minimum interval of the write: %+v, want to wait 700ms", d)
+	}
+	if d := p.decide(a, now.Add(second), true); d.wait != 300*time.Millisecond {
+		t.Errorf("after the minimum interval, the pool changed 700ms ago: %+v, want to wait 300ms more", d)
+	}
+	// Still changing: never early, but at the deadline at the latest.
+	for at := now.Add(second); at.Before(now.Add(5 * second)); at = at.Add(500 * time.Millisecond) {
+		p.changed(a, at, at)
+		if d := p.decide(a, at, true); d.wait <= 0 {
+			t.Fatalf("a pool changing every 500ms went early at %s: %+v", at.Sub(now), d)
+		}
+	}
+	// Half the delay after the write, it may go early again, with a token.
+	at := now.Add(5 * second)
+	p.changed(a, at, at)
+	if d := p.decide(a, at, true); d.wait <= 0 && d.turn != withinBudget {
+		t.Errorf("half the delay after the write: %+v, want a token", d)
+	}
+
+	// c waits for a token that the others hold; once its change is due it
+	// goes past the budget.
+	p.budget = rate.NewLimiter(rate.Every(time.Hour), 1)
+	p.budget.Allow()
+	p.changed(c, now, now)
+	// The deadline leaves time for the writes queued ahead: here one
+	// pool's at the latency measured so far (2ms).
+	if d, due := p.decide(c, now.Add(second), true), p.deadline(now); d.wait != due.Sub(now.Add(second)) || d.wait < 8900*time.Millisecond {
+		t.Errorf("no token before the deadline: %+v, want to wait until due (9s less 2ms)", d)
+	}
+	if d := p.decide(c, now.Add(testMaxDelay), true); d.turn != pastBudget {
+		t.Errorf("at the deadline: %+v, want past the budget", d)
+	}
+
+	// A new pool is never due: it waits for the creations' budget.
+	p.creations = rate.NewLimiter(rate.Every(time.Minute), 1)
+	p.creations.Allow()
+	p.changed(fresh, now, now)
+	if d := p.decide(fresh, now.Add(time.Hour), true); d.turn != pastBudget {
+		t.Errorf("a due change of a pool with an object: %+v, want past the budget", d)
+	}
+	p.changed(fresh, now, now)
+	if d := p.decide(fresh, now.Add(20*second), false); d.wait <= 0 {
+		t.Errorf("a new pool 20s after its change, no creation token: %+v, want to wait for one", d)
+	}
+}
+
+// simulation runs the publisher's loop against the plan under a fake
+// clock: a workqueue that dedups (a pool waiting is queued once, at its
+// earliest time; a pool changed while synced is queued again when its sync
+// ends), workers that each sync one pool for the write latency, and a
+// source whose changes are written by the first sync that starts after
+// them. It is the loop of processNext, with sync replaced by the latency.
+type simulation struct {
+	plan    *plan
+	latency time.Duration
+	workers int
+	pools   int
+
+	now time.Time
+	// changes[i] are the change times of pool i; written[i] how many of
+	// them a sync has taken up; writtenAt[i][k] when change k was written.
+	changes   [][]time.Time
+	written   []int
+	writtenAt [][]time.Time
+	// writes[i] are the times pool i's syncs took up their changes.
+	writes [][]time.Time
+	// exists[i]: the pool's object was created; createdWith[i]: how many
+	// changes the write that created it took up.
+	exists      []bool
+	createdWith []int
+
+	// The queue: ready pools in order, their set, pools waiting until a
+	// time, pools being synced and whether they were queued meanwhile.
+	ready   []int
+	queued  map[int]bool
+	waiting map[int]time.Time
+	syncing map[int]time.Time // pool: when its sync ends
+	dirty   map[int]bool
+}
+
+func (s *simulation) add(i int) {
+	if _, busy := s.syncing[i]; busy {
+		s.dirty[i] = true
+		return
+	}
+	if !s.queued[i] {
+		s.queued[i] = true
+		s.ready = append(s.ready, i)
+	}
+}
+
+func (s *simulation) addAfter(i int, wait time.Duration) {
+	at := s.now.Add(wait)
+	if w, ok := s.waiting[i]; !ok || at.Before(w) {
+		s.waiting[i] = at
+	}
+}
+
+// step runs everything due at s.now.
+func (s *simulation) step() {
+	// Syncs that end now.
+	for i, end := range s.syncing {
+		if end.After(s.now) {
+			continue
+		}
+		delete(s.syncing, i)
+		s.plan.wrote(testPool(i), end.Add(-s.latency), end)
+		if s.dirty[i] {
+			delete(s.dirty, i)
+			s.add(i)
+		}
+	}
+	// Waiting pools whose time came, in time order.
+	var due []int
+	for i, at := range s.waiting {
+		if !at.After(s.now) {
+			due = append(due, i)
+		}
+	}
+	slices.SortFunc(due, func(a, b int) int { return s.waiting[a].Compare(s.waiting[b]) })
+	for _, i := range due {
+		delete(s.waiting, i)
+		s.add(i)
+	}
+	// Free workers take ready pools.
+	for len(s.syncing) < s.workers && len(s.ready) > 0 {
+		i := s.ready[0]
+		s.ready = s.ready[1:]
+		delete(s.queued, i)
+		d := s.plan.decide(testPool(i), s.now, s.exists[i])
+		if d.wait > 0 {
+			s.addAfter(i, d.wait)
+			continue
+		}
+		if s.written[i] == len(s.changes[i]) || !d.pending {
+			// Nothing new since the last write: the sync finds the object
+			// current and writes nothing.
+			continue
+		}
+		end := s.now.Add(s.latency)
+		for s.written[i] < len(s.changes[i]) && !s.changes[i][s.written[i]].After(s.now) {
+			s.writtenAt[i] = append(s.writtenAt[i], end)
+			s.written[i]++
+		}
+		s.writes[i] = append(s.writes[i], s.now)
+		if !s.exists[i] {
+			s.createdWith[i] = s.written[i]
+		}
+		s.exists[i] = true
+		s.syncing[i] = end
+	}
+}
+
+// next is the time of the next event after s.now, or false when none is left.
+func (s *simulation) next(changeAt time.Time, more bool) (time.Time, bool) {
+	var at time.Time
+	ok := false
+	consider := func(t time.Time) {
+		if !ok || t.Before(at) {
+			at, ok = t, true
+		}
+	}
+	if more {
+		consider(changeAt)
+	}
+	for _, end := range s.syncing {
+		consider(end)
+	}
+	for _, w := range s.waiting {
+		consider(w)
+	}
+	if len(s.ready) > 0 && len(s.syncing) < s.workers {
+		consider(s.now)
+	}
+	return at, ok
+}
+
+// Random changes of random pools over a random horizon, under random
+// budgets, latencies and worker counts: every change is written within
+// the delay the publisher aims for plus one write's latency, none is left
+// unwritten, and no pool is written twice within half of that delay unless
+// it had been quiet for the minimum interval before the second write.
+// Replay a failing seed with -run 'TestPlanWritesEveryChangeInTime/seed-N'.
+func TestPlanWritesEveryChangeInTime(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 31))
+			start := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+			s := &simulation{
+				workers: 1 + rng.IntN(8),
+				pools:   1 + rng.IntN(60),
+				now:     start,
+				queued:  map[int]bool{},
+				waiting: map[int]time.Time{},
+				syncing: map[int]time.Time{},
+				dirty:   map[int]bool{},
+			}
+			// Within what the workers can write: every pool due at once
+			// is written within a quarter of the delay.
+			most := int(testMaxDelay/4/time.Millisecond) * s.workers / s.pools
+			s.latency = time.Duration(1+rng.IntN(min(most, 300))) * time.Millisecond
+			perSecond := 1 + rng.IntN(10)
+			s.plan = newPlan(testMinInterval, testMaxDelay, s.workers,
+				rate.NewLimiter(rate.Limit(perSecond), perSecond), rate.NewLimiter(rate.Limit(perSecond), perSecond))
+			s.changes = make([][]time.Time, s.pools)
+			s.written = make([]int, s.pools)
+			s.writtenAt = make([][]time.Time, s.pools)
+			s.writes = make([][]time.Time, s.pools)
+			s.exists = make([]bool, s.pools)
+			s.createdWith = make([]int, s.pools)
+			for i := range s.exists {
+				// Most pools have an object already; the others are created
+				// at the creations' pace and are not held to the delay.
+				s.exists[i] = rng.IntN(10) > 0
+			}
+
+			// Changes: each pool is quiet, busy (every 50-900ms) or
+			// sporadic, over a horizon of up to two minutes.
+			horizon := time.Duration(5+rng.IntN(115)) * time.Second
+			type change struct {
+				at   time.Time
+				pool int
+			}
+			var all []change
+			for i := range s.pools {
+				gap := func() time.Duration { return time.Duration(rng.IntN(30000)) * time.Millisecond }
+				switch rng.IntN(3) {
+				case 0:
+					gap = func() time.Duration { return time.Duration(50+rng.IntN(850)) * time.Millisecond }
+				case 1:
+					gap = func() time.Duration { return time.Duration(rng.IntN(3000)) * time.Millisecond }
+				}
+				for at := start.Add(gap()); at.Before(start.Add(horizon)); at = at.Add(gap() + time.Millisecond) {
+					all = append(all, change{at, i})
+				}
+			}
+			slices.SortFunc(all, func(a, b change) int { return a.at.Compare(b.at) })
+			changes := len(all)
+			for _, c := range all {
+				s.changes[c.pool] = append(s.changes[c.pool], c.at)
+			}
+
+			// Run until every change is written and nothing is left to do.
+			for n := 0; ; n++ {
+				if n > 10_000_000 {
+					t.Fatal("the simulation does not end")
+				}
+				more := len(all) > 0
+				var changeAt time.Time
+				if more {
+					changeAt = all[0].at
+				}
+				at, ok := s.next(changeAt, more)
+				if !ok {
+					break
+				}
+				s.now = at
+				for len(all) > 0 && !all[0].at.After(s.now) {
+					c := all[0]
+					all = all[1:]
+					s.plan.changed(testPool(c.pool), c.at, c.at)
+					s.add(c.pool)
+				}
+				s.step()
+			}
+
+			t.Logf("%d pools, %d workers, %d writes/s, latency %s, horizon %s, %d changes", s.pools, s.workers, perSecond, s.latency, horizon, changes)
+			for i := range s.pools {
+				if s.written[i] != len(s.changes[i]) {
+					t.Errorf("pool %d: %d of %d changes never written (the last at %s)", i, len(s.changes[i])-s.written[i], len(s.changes[i]), s.changes[i][len(s.changes[i])-1].Sub(start))
+					continue
+				}
+				for k, at := range s.changes[i] {
+					if k < s.createdWith[i] {
+						// First publication: paced apart, not held to the delay.
+						continue
+					}
+					if delay := s.writtenAt[i][k].Sub(at); delay > testMaxDelay+s.latency {
+						t.Errorf("pool %d: change at %s written after %s, want within %s", i, at.Sub(start), delay, testMaxDelay+s.latency)
+					}
+				}
+				for k := 1; k < len(s.writes[i]); k++ {
+					prev, w := s.writes[i][k-1], s.writes[i][k]
+					if w.Sub(prev) >= testMaxDelay/2 {
+						continue
+					}
+					quietSince := prev
+					for _, at := range s.changes[i] {
+						if at.After(quietSince) && !at.After(w) {
+							quietSince = at
+						}
+					}
+					if w.Sub(quietSince) < testMinInterval {
+						t.Errorf("pool %d: written at %s and again at %s, %s after a change; want half the delay (%s) between writes while it keeps changing",
+							i, prev.Sub(start), w.Sub(start), w.Sub(quietSince), testMaxDelay/2)
+					}
+				}
+			}
+		})
+	}
+}
