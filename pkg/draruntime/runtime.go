@@ -319,17 +319,17 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		})
 	}
 
+	// The scheduler's client config asks for protobuf, which a custom
+	// resource does not speak.
+	poolConfig := restclient.CopyConfig(h.KubeConfig())
+	poolConfig.ContentType, poolConfig.AcceptContentTypes = "application/json", "application/json"
+	poolClient, err := versioned.NewForConfig(poolConfig)
+	if err != nil {
+		return fmt.Errorf("ResourcePool client: %w", err)
+	}
 	var publisher *poolpublisher.Publisher
 	if args.PoolStatus.PublishResourcePools {
-		// The scheduler's client config asks for protobuf, which a
-		// custom resource does not speak.
-		config := restclient.CopyConfig(h.KubeConfig())
-		config.ContentType, config.AcceptContentTypes = "application/json", "application/json"
-		client, err := versioned.NewForConfig(config)
-		if err != nil {
-			return fmt.Errorf("ResourcePool client: %w", err)
-		}
-		publisher = poolpublisher.New(r.pools, client, poolpublisher.Options{
+		publisher = poolpublisher.New(r.pools, poolClient, poolpublisher.Options{
 			MinInterval:        args.PoolStatus.MinPublishInterval.Duration,
 			MaxWritesPerSecond: args.PoolStatus.MaxWritesPerSecond,
 			MaxDelay:           args.PoolStatus.MaxPublishDelay.Duration,
@@ -383,6 +383,11 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		})
 	} else {
 		logger.Info("Not publishing ResourcePool objects: poolStatus.publishResourcePools is false")
+		r.goroutines.Go(func() {
+			if closedBefore(ctx, r.leadership.Leading()) {
+				poolpublisher.Withdraw(ctx, poolClient)
+			}
+		})
 	}
 	logger.Info("Started the DRAScope runtime", "profile", h.ProfileName(),
 		"publishResourcePools", args.PoolStatus.PublishResourcePools,

@@ -13,16 +13,27 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 )
 
 // Conflicts of every kind are counted in full, in the metric and as events,
 // by a scheduler that publishes no ResourcePools: twelve devices each held
 // twice (more than the ten validation messages a pool keeps), two
 // partitions of one GPU that together exceed its counter, and two shares of
-// a device that together exceed its memory.
+// a device that together exceed its memory. A ResourcePool left from when
+// publishing was on is deleted: its status would otherwise stay as if
+// current.
 func TestConflictsAreCountedWithoutPublishing(t *testing.T) {
 	restartScheduler(t, func() {
 		const name = "drascope-conflicts"
+		leftover, _ := v1alpha1.PlainName("leftover.example.com", "pool")
+		if _, err := resourcePools(t).Create(context.Background(), &v1alpha1.ResourcePool{
+			ObjectMeta: metav1.ObjectMeta{Name: leftover},
+			Spec:       v1alpha1.ResourcePoolSpec{Driver: "leftover.example.com", PoolName: "pool"},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		port := startHealthScheduler(t, name, "        policy: Taint\n")
 		s := newScenario(t, nil)
 		t.Cleanup(func() { s.deleteClaims() })
@@ -77,6 +88,12 @@ func TestConflictsAreCountedWithoutPublishing(t *testing.T) {
 		s.waitForConflictEvent(sliceName(node), "OverAllocatedDevice conflict(s) confirmed from the API", "is allocated to 2 claims")
 		if _, err := resourcePools(t).Get(s.ctx, poolObjectName(t, node), metav1.GetOptions{}); !isNotFound(err) {
 			t.Errorf("ResourcePool of %s: %v; want none, nothing publishes", node, err)
+		}
+		if err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+			_, err := resourcePools(t).Get(ctx, leftover, metav1.GetOptions{})
+			return isNotFound(err), nil
+		}); err != nil {
+			t.Errorf("ResourcePool %s, left from when publishing was on, is still there; want it deleted by the leader that does not publish", leftover)
 		}
 	})
 }
