@@ -149,7 +149,7 @@ func (o *poolsOptions) Run(ctx context.Context) error {
 		fmt.Fprintln(o.Out, fitLine(pools, o.fit))
 	}
 	if o.watch {
-		return o.watchPools(ctx, pools, len(notes) > 0)
+		return o.watchPools(ctx, pools, o.source.listComputed)
 	}
 	return nil
 }

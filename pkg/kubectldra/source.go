@@ -59,6 +59,8 @@ type poolSource struct {
 	namespace string
 	now       time.Time
 	view      *clusterView
+	// listComputed: the last List computed its pools, not read them.
+	listComputed bool
 }
 
 // clusterView is what the user may read of the cluster's DRA objects.
@@ -99,9 +101,18 @@ func (s *poolSource) List(ctx context.Context, filter poolFilter) ([]v1alpha1.Re
 		return nil, nil, err
 	}
 	var notes []string
+	s.listComputed = why != ""
 	if why != "" {
 		if pools, notes, err = s.computed(ctx, filter, why); err != nil {
 			return nil, nil, err
+		}
+	} else {
+		stale, err := s.staleNote(ctx, pools)
+		if err != nil {
+			return nil, nil, err
+		}
+		if stale != "" {
+			notes = append(notes, stale)
 		}
 	}
 	slices.SortFunc(pools, func(a, b v1alpha1.ResourcePool) int { return cmp.Compare(a.Name, b.Name) })

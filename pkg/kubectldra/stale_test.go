@@ -1,0 +1,67 @@
+package kubectldra
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+)
+
+// writtenAt sets when obj was last written, as the apiserver records it.
+func writtenAt(obj metav1.Object, at time.Time) {
+	obj.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "test", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: at}}})
+}
+
+// A ResourcePool written before its pool's claim was allocated, and still
+// counting none allocated, is stale once that change is more than
+// staleAfter old; not before, not when written after it, not when the
+// counts agree (a change that does not move them), and not when the
+// recount would miss claims the user may not list.
+func TestStaleResourcePoolsAreNamed(t *testing.T) {
+	slice := testSlice("node-1", "gpu-0", "gpu-1")
+	writtenAt(slice, now.Add(-time.Hour))
+	claim := testClaim("team-a", "train", "node-1", "gpu-0")
+	allocated := now.Add(-time.Minute)
+	writtenAt(claim, allocated)
+	rp := func(allocatedDevices int32, written time.Time) v1alpha1.ResourcePool {
+		p := published("node-1", allocatedDevices)
+		p.Status.LastUpdateTime = &metav1.Time{Time: written}
+		return *p
+	}
+	for _, tc := range []struct {
+		name      string
+		pool      v1alpha1.ResourcePool
+		now       time.Time
+		claimsIn  string
+		wantStale bool
+	}{
+		{"written before the allocation, counting none", rp(0, allocated.Add(-time.Hour)), now, "", true},
+		{"the allocation only 5s old", rp(0, allocated.Add(-time.Hour)), allocated.Add(5 * time.Second), "", false},
+		{"written after the allocation", rp(0, allocated.Add(time.Second)), now, "", false},
+		{"counts agree", rp(1, allocated.Add(-time.Hour)), now, "", false},
+		{"claims of one namespace only", rp(0, allocated.Add(-time.Hour)), now, "team-a", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &poolSource{now: tc.now, view: &clusterView{
+				slices:          []*resourceapi.ResourceSlice{slice},
+				claims:          []*resourceapi.ResourceClaim{claim},
+				claimsNamespace: tc.claimsIn,
+			}}
+			note, err := s.staleNote(context.Background(), []v1alpha1.ResourcePool{tc.pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stale := note != ""; stale != tc.wantStale {
+				t.Fatalf("note %q; want stale %v", note, tc.wantStale)
+			}
+			if tc.wantStale && !strings.Contains(note, tc.pool.Name) || tc.wantStale && !strings.Contains(note, "counts 0 allocated of 2, the claims 1 of 2") {
+				t.Errorf("note %q; want it to name %s and both counts", note, tc.pool.Name)
+			}
+		})
+	}
+}
