@@ -188,8 +188,8 @@ func TestChartDefaultsRenderTheManifests(t *testing.T) {
 }
 
 // replaceKubeScheduler serves config-two-profiles.yaml, as the README's
-// kustomize change does, and routes no pods: default-scheduler keeps the
-// in-tree plugins.
+// kustomize change does, and routes no pods: this one process serves
+// default-scheduler too.
 func TestChartReplaceModeRendersTwoProfiles(t *testing.T) {
 	want := normalized(t, kustomized(t))
 	data, err := os.ReadFile(filepath.Join(repoRoot, "manifests/scheduler/config-two-profiles.yaml"))

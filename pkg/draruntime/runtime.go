@@ -48,6 +48,7 @@ import (
 	"github.com/drascope/drascope/pkg/poolcache"
 	"github.com/drascope/drascope/pkg/poolmetrics"
 	"github.com/drascope/drascope/pkg/poolpublisher"
+	"github.com/drascope/drascope/pkg/releasehold"
 )
 
 // Handle is what the runtime needs of the scheduler; a profile's
@@ -81,6 +82,9 @@ type Runtime struct {
 	pools   *poolcache.Cache
 	health  *health.Cache
 	waiting *waitingPods
+	// holds keep released allocations in use for every profile: the
+	// in-flight allocations they protect are scheduler-wide.
+	holds *releasehold.Holds
 	// synced reports whether the side cache has every slice and claim
 	// that existed when the informers started.
 	synced func() bool
@@ -226,6 +230,8 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	r.informers = factory
 	r.healthRestored = make(chan struct{})
 	r.waiting = newWaitingPods(h)
+	r.holds = &releasehold.Holds{}
+	r.holds.Start(ctx, releasehold.FromAPI(h.ClientSet()))
 	r.pools = poolcache.New(poolcache.Options{
 		Observe: poolmetrics.ObserveRecompute,
 		Usage: drausage.Options{
@@ -428,6 +434,14 @@ func (r *Runtime) Pools() *poolcache.Cache {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pools
+}
+
+// Holds are the release holds every profile's allocator honours; nil
+// before the runtime starts.
+func (r *Runtime) Holds() *releasehold.Holds {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holds
 }
 
 // Health is the device health cache; nil before the runtime starts.

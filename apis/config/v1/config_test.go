@@ -173,8 +173,9 @@ func TestLoadArgs(t *testing.T) {
 	}
 }
 
-// The shipped configurations load, and their DRAScope profile runs DRAScope
-// instead of DynamicResources, before DefaultPreemption.
+// The shipped configurations load, and every profile runs DRAScope instead
+// of DynamicResources, before DefaultPreemption: one profile left on the
+// in-tree plugin would not see the release holds of the others.
 func TestShippedConfigs(t *testing.T) {
 	for file, profiles := range map[string][]string{
 		"config.yaml":              {"drascope-scheduler"},
@@ -196,14 +197,15 @@ func TestShippedConfigs(t *testing.T) {
 			if !cfg.LeaderElection.LeaderElect || cfg.LeaderElection.ResourceName != "drascope-scheduler" || cfg.LeaderElection.ResourceNamespace != "kube-system" {
 				t.Errorf("leader election %+v, want the lease kube-system/drascope-scheduler", cfg.LeaderElection)
 			}
-			drascope := cfg.Profiles[len(cfg.Profiles)-1]
-			var enabled []string
-			for _, p := range drascope.Plugins.MultiPoint.Enabled {
-				enabled = append(enabled, p.Name)
-			}
-			joined := strings.Join(enabled, ",")
-			if strings.Contains(joined, "DynamicResources") || !strings.Contains(joined, "DRAScope,DefaultPreemption") {
-				t.Errorf("drascope-scheduler multiPoint plugins %s: want DRAScope right before DefaultPreemption, no DynamicResources", joined)
+			for _, profile := range cfg.Profiles {
+				var enabled []string
+				for _, p := range profile.Plugins.MultiPoint.Enabled {
+					enabled = append(enabled, p.Name)
+				}
+				joined := strings.Join(enabled, ",")
+				if strings.Contains(joined, "DynamicResources") || !strings.Contains(joined, "DRAScope,DefaultPreemption") {
+					t.Errorf("%s multiPoint plugins %s: want DRAScope right before DefaultPreemption, no DynamicResources", profile.SchedulerName, joined)
+				}
 			}
 		})
 	}

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/drascope/drascope/pkg/releasehold"
 )
 
 // decoratedHandle is the framework.Handle that upstream's DynamicResources
@@ -58,11 +60,16 @@ type draManager struct {
 	slicesSeen atomic.Pointer[[]*resourceapi.ResourceSlice]
 }
 
-// newDRAManager decorates inner; observer and withheld may be nil.
-func newDRAManager(inner fwk.SharedDRAManager, observer InFlightObserver, withheld Withheld) *draManager {
+// newDRAManager decorates the scheduler's shared DRA manager for one
+// profile; observer and withheld may be nil. holds are the scheduler's,
+// shared by every profile; nil gives the profile holds of its own (tests).
+func newDRAManager(inner fwk.SharedDRAManager, observer InFlightObserver, withheld Withheld, holds *releasehold.Holds) *draManager {
+	if holds == nil {
+		holds = &releasehold.Holds{}
+	}
 	return &draManager{
 		SharedDRAManager: inner,
-		claims:           claimTracker{ResourceClaimTracker: inner.ResourceClaims(), observer: observer, withheld: withheld},
+		claims:           claimTracker{ResourceClaimTracker: inner.ResourceClaims(), observer: observer, withheld: withheld, holds: holds},
 	}
 }
 
@@ -81,8 +88,8 @@ type claimTracker struct {
 	// seen is the in-use set last handed out, for node pruning.
 	seen atomic.Pointer[inUseSeen]
 	// holds keep released allocations in use until their fate is known
-	// (releasehold.go).
-	holds releaseHolds
+	// (pkg/releasehold), for every profile of the scheduler.
+	holds *releasehold.Holds
 	// pending are the allocations this profile signalled and has not
 	// removed, by the UID upstream signalled them under; preemption's
 	// release view holds them (preemption.go, readReleaseView).
@@ -127,7 +134,7 @@ type inUseSeen struct {
 // remembers it.
 func (t *claimTracker) addWithheld(state structured.AllocatedState) {
 	kept := sets.New[structured.DeviceID]()
-	t.holds.insertHeld(kept, func(namespace, name string) (string, bool) {
+	t.holds.InsertHeld(kept, func(namespace, name string) (string, bool) {
 		claim, err := t.ResourceClaimTracker.Get(namespace, name)
 		if err != nil {
 			return "", false
@@ -214,7 +221,7 @@ func (t *claimTracker) MaybeRemoveClaimPendingAllocation(uid types.UID, forceRem
 		t.pending.mu.Unlock()
 	}
 	if deleted && !forceRemove && pending != nil {
-		t.holds.releasedAllocation(uid, pending)
+		t.holds.Released(uid, pending)
 	}
 	if deleted && t.observer != nil {
 		t.observer.PendingAllocationRemoved(uid)
@@ -235,7 +242,7 @@ func (t *claimTracker) AssumeClaimAfterAPICall(claim *resourceapi.ResourceClaim)
 func (t *claimTracker) AssumedClaimRestore(namespace, name string) {
 	t.ResourceClaimTracker.AssumedClaimRestore(namespace, name)
 	if claim, err := t.ResourceClaimTracker.Get(namespace, name); err == nil {
-		t.holds.restored(claim)
+		t.holds.Restored(claim)
 	}
 	if t.observer != nil {
 		t.observer.AssumeRestored(namespace, name)

@@ -105,7 +105,7 @@ func TestDRAManagerReportsInFlightAllocations(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			inner := &innerTracker{err: tc.err, removed: tc.removed, unrecorded: tc.unrecorded}
 			observer := &recorder{}
-			claims := newDRAManager(&innerManager{claims: inner}, observer, nil).ResourceClaims()
+			claims := newDRAManager(&innerManager{claims: inner}, observer, nil, nil).ResourceClaims()
 
 			if err := claims.SignalClaimPendingAllocation(claim.UID, claim); !errors.Is(err, tc.err) {
 				t.Errorf("SignalClaimPendingAllocation returned %v, want the inner result %v", err, tc.err)
@@ -133,7 +133,7 @@ func TestDRAManagerReportsTheAllocationUpstreamKeeps(t *testing.T) {
 		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared", UID: "uid-s"}, Status: resourceapi.ResourceClaimStatus{Allocation: a}}
 	}
 	observer := &recorder{}
-	claims := newDRAManager(&innerManager{claims: &innerTracker{}}, observer, nil).ResourceClaims()
+	claims := newDRAManager(&innerManager{claims: &innerTracker{}}, observer, nil, nil).ResourceClaims()
 	for _, a := range []*resourceapi.AllocationResult{first, second} {
 		if err := claims.SignalClaimPendingAllocation("uid-s", claim(a)); err != nil {
 			t.Fatal(err)

@@ -138,8 +138,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 			withheld = pl.health
 			pl.classes = fh.SharedInformerFactory().Resource().V1().DeviceClasses().Lister()
 		}
-		manager := newDRAManager(fh.SharedDRAManager(), pl.pools, withheld)
-		manager.claims.holds.ctx, manager.claims.holds.read = ctx, claimVersionFromAPI(fh.ClientSet())
+		manager := newDRAManager(fh.SharedDRAManager(), pl.pools, withheld, rt.Holds())
 		handle = &decoratedHandle{Handle: fh, draManager: manager}
 		pl.claims, pl.manager = manager.ResourceClaims(), manager
 		pl.pods = fh.SharedInformerFactory().Core().V1().Pods().Lister()

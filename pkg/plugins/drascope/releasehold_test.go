@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/drascope/drascope/pkg/releasehold"
 )
 
 // viewTracker is the scheduler's claim tracker as a map: the claim as the
@@ -59,10 +61,11 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 	}}}
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c", ResourceVersion: "1"}}
 
-	setUp := func(read ClaimVersionReader) (*viewTracker, fwk.ResourceClaimTracker) {
+	setUp := func(read releasehold.VersionReader) (*viewTracker, fwk.ResourceClaimTracker) {
 		view := &viewTracker{claim: claim, inFlight: allocation}
-		manager := newDRAManager(&innerManager2{claims: view}, nil, nil)
-		manager.claims.holds.ctx, manager.claims.holds.read = context.Background(), read
+		holds := &releasehold.Holds{}
+		holds.Start(context.Background(), read)
+		manager := newDRAManager(&innerManager2{claims: view}, nil, nil, holds)
 		return view, manager.ResourceClaims()
 	}
 	inUse := func(t *testing.T, claims fwk.ResourceClaimTracker) bool {
@@ -100,6 +103,22 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 		})
 		if err != nil {
 			t.Error("the device stayed in use although the API has the claim unallocated at the version the scheduler saw")
+		}
+	})
+	// The in-flight set is the scheduler's, shared by its profiles (two
+	// DRAScope profiles, as in config-two-profiles.yaml): a hold made by
+	// one profile's Unreserve keeps the device from the other's allocator.
+	t.Run("held for every profile", func(t *testing.T) {
+		view := &viewTracker{claim: claim, inFlight: allocation}
+		holds := &releasehold.Holds{}
+		holds.Start(context.Background(), apiDown)
+		inner := &innerManager2{claims: view}
+		failed := newDRAManager(inner, nil, nil, holds).ResourceClaims()
+		other := newDRAManager(inner, nil, nil, holds).ResourceClaims()
+		failed.MaybeRemoveClaimPendingAllocation(claim.UID, false)
+		failed.AssumedClaimRestore(claim.Namespace, claim.Name)
+		if !inUse(t, other) {
+			t.Fatal("a device held after one profile's failed write is free in another profile")
 		}
 	})
 	t.Run("not held after a successful write", func(t *testing.T) {

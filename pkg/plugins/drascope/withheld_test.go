@@ -88,7 +88,7 @@ func TestWithheldDevicesAreInUseForTheAllocator(t *testing.T) {
 	unhealthy := healthCacheWithUnhealthy(logger, 1, 2) // device 1 allocated and Unhealthy, device 2 free and Unhealthy
 	want := sets.New(deviceID(0), deviceID(1), deviceID(2))
 
-	claims := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, unhealthy).ResourceClaims()
+	claims := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, unhealthy, nil).ResourceClaims()
 	claims.(*claimTracker).ResourceClaimTracker = inner
 	got, err := claims.ListAllAllocatedDevices()
 	if err != nil || !got.Equal(want) {
@@ -103,7 +103,7 @@ func TestWithheldDevicesAreInUseForTheAllocator(t *testing.T) {
 	}
 
 	// Policy Ignore: nothing withheld.
-	ignoring := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, nil).ResourceClaims()
+	ignoring := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, nil, nil).ResourceClaims()
 	ignoring.(*claimTracker).ResourceClaimTracker = inner
 	if got, _ := ignoring.ListAllAllocatedDevices(); !got.Equal(inner.allocated) {
 		t.Errorf("with policy Ignore: %v, want the scheduler's own %v", got, inner.allocated)
@@ -140,7 +140,7 @@ func BenchmarkAllocatedState(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			var claims fwk.ResourceClaimTracker = inner
 			if tc.decorated {
-				d := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, healthCacheWithUnhealthy(logger, 1000, tc.unhealthy)).ResourceClaims()
+				d := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, healthCacheWithUnhealthy(logger, 1000, tc.unhealthy), nil).ResourceClaims()
 				d.(*claimTracker).ResourceClaimTracker = inner
 				claims = d
 			}

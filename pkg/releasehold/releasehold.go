@@ -1,4 +1,10 @@
-package drascope
+// Package releasehold keeps devices in use whose allocation the scheduler
+// gave up on without knowing whether the API has it. One set of holds
+// serves every DRAScope profile of a scheduler: the in-flight allocations
+// it protects are scheduler-wide (upstream's shared DRA manager), so a
+// hold made after one profile's failed write must keep the device from
+// every profile's allocator.
+package releasehold
 
 import (
 	"context"
@@ -17,9 +23,6 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// This file keeps devices in use whose allocation the scheduler gave up on
-// without knowing whether the API has it.
-//
 // Upstream's PreBind writes a claim's allocation; when the write fails, the
 // pod is unreserved and the allocation leaves the in-flight set, so its
 // devices look free. But a write can fail after the apiserver committed it
@@ -33,9 +36,8 @@ import (
 // had (the informer delivered what the API holds), or a read from the API
 // shows the claim at that version still (the write never happened).
 
-// releaseHold is an allocation Unreserve released, held until its fate is
-// known.
-type releaseHold struct {
+// hold is an allocation Unreserve released, held until its fate is known.
+type hold struct {
 	namespace, name, resourceVersion string
 	devices                          []structured.DeviceID
 	// unwritten is set when the API showed the claim at resourceVersion:
@@ -43,13 +45,13 @@ type releaseHold struct {
 	unwritten bool
 }
 
-// ClaimVersionReader reads a claim's resource version from the API (a
-// quorum read), for release holds.
-type ClaimVersionReader func(ctx context.Context, namespace, name string) (string, error)
+// VersionReader reads a claim's resource version from the API (a quorum
+// read).
+type VersionReader func(ctx context.Context, namespace, name string) (string, error)
 
-// claimVersionFromAPI reads a claim's resource version with a quorum read;
-// a claim that is gone reads as no version.
-func claimVersionFromAPI(client kubernetes.Interface) ClaimVersionReader {
+// FromAPI reads a claim's resource version with a quorum read; a claim that
+// is gone reads as no version.
+func FromAPI(client kubernetes.Interface) VersionReader {
 	return func(ctx context.Context, namespace, name string) (string, error) {
 		claim, err := client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -62,16 +64,25 @@ func claimVersionFromAPI(client kubernetes.Interface) ClaimVersionReader {
 	}
 }
 
-// releaseHolds are the claim tracker's holds.
-type releaseHolds struct {
+// Holds are the scheduler's release holds. The zero value holds until the
+// scheduler's view of a claim moves on; Start adds checks against the API.
+type Holds struct {
 	mu sync.Mutex
 	// released are allocations MaybeRemoveClaimPendingAllocation dropped,
 	// by claim, until AssumedClaimRestore names the claim.
 	released map[types.UID][]structured.DeviceID
-	held     map[types.UID]*releaseHold
+	held     map[types.UID]*hold
 	// read checks a hold against the API; nil holds until the view moves.
-	read ClaimVersionReader
+	read VersionReader
 	ctx  context.Context
+}
+
+// Start makes every later hold be checked against the API with read, until
+// ctx ends.
+func (h *Holds) Start(ctx context.Context, read VersionReader) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ctx, h.read = ctx, read
 }
 
 func devicesOf(allocation *resourceapi.AllocationResult) []structured.DeviceID {
@@ -85,9 +96,9 @@ func devicesOf(allocation *resourceapi.AllocationResult) []structured.DeviceID {
 	return ids
 }
 
-// releasedAllocation records the devices of an in-flight allocation
-// Unreserve dropped.
-func (h *releaseHolds) releasedAllocation(uid types.UID, allocation *resourceapi.AllocationResult) {
+// Released records the devices of an in-flight allocation Unreserve
+// dropped.
+func (h *Holds) Released(uid types.UID, allocation *resourceapi.AllocationResult) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.released == nil {
@@ -96,10 +107,10 @@ func (h *releaseHolds) releasedAllocation(uid types.UID, allocation *resourceapi
 	h.released[uid] = devicesOf(allocation)
 }
 
-// restored turns a released allocation into a hold, now that the claim is
+// Restored turns a released allocation into a hold, now that the claim is
 // known as the scheduler's view has it, and starts checking it against the
 // API.
-func (h *releaseHolds) restored(claim *resourceapi.ResourceClaim) {
+func (h *Holds) Restored(claim *resourceapi.ResourceClaim) {
 	h.mu.Lock()
 	devices, ok := h.released[claim.UID]
 	delete(h.released, claim.UID)
@@ -108,21 +119,21 @@ func (h *releaseHolds) restored(claim *resourceapi.ResourceClaim) {
 		return
 	}
 	if h.held == nil {
-		h.held = map[types.UID]*releaseHold{}
+		h.held = map[types.UID]*hold{}
 	}
-	hold := &releaseHold{namespace: claim.Namespace, name: claim.Name, resourceVersion: claim.ResourceVersion, devices: devices}
-	h.held[claim.UID] = hold
+	held := &hold{namespace: claim.Namespace, name: claim.Name, resourceVersion: claim.ResourceVersion, devices: devices}
+	h.held[claim.UID] = held
 	read, ctx := h.read, h.ctx
 	h.mu.Unlock()
 	if read != nil && ctx != nil {
-		go h.check(ctx, read, claim.UID, hold)
+		go h.check(ctx, read, held)
 	}
 }
 
 // check reads the claim from the API until it can, with backoff (the
 // apiserver may be the reason the write failed), and marks the hold
 // unwritten when the API still has the version the scheduler saw.
-func (h *releaseHolds) check(ctx context.Context, read ClaimVersionReader, uid types.UID, hold *releaseHold) {
+func (h *Holds) check(ctx context.Context, read VersionReader, hold *hold) {
 	// Until it can read, however long the apiserver is away: a hold nobody
 	// resolves (a standalone claim whose pod is gone never changes) would
 	// keep its devices from every pod.
@@ -142,11 +153,11 @@ func (h *releaseHolds) check(ctx context.Context, read ClaimVersionReader, uid t
 	})
 }
 
-// insertHeld adds the held devices to inUse, dropping the holds whose fate
+// InsertHeld adds the held devices to inUse, dropping the holds whose fate
 // is known: the claim is gone or the view of it moved on (current returns
 // its resource version, false when gone), or the API showed the allocation
 // was never written.
-func (h *releaseHolds) insertHeld(inUse sets.Set[structured.DeviceID], current func(namespace, name string) (string, bool)) {
+func (h *Holds) InsertHeld(inUse sets.Set[structured.DeviceID], current func(namespace, name string) (string, bool)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for uid, hold := range h.held {
