@@ -50,16 +50,16 @@ type countersIgnored struct{ atomic.Bool }
 
 // ResourceSlices is what upstream's PreFilter lists slices through.
 func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
-	return slicesWithoutCounters{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, seen: &m.slicesSeen}
+	return slicesWithoutCounters{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, capture: &m.capture}
 }
 
 // slicesWithoutCounters lists the scheduler's slices and, while ignore is
 // set, hands them out with every device consuming zero of each counter. It
-// remembers what it handed out in seen, for node pruning.
+// hands what it handed out to the cycle's capture.
 type slicesWithoutCounters struct {
 	fwk.ResourceSliceLister
-	ignore *countersIgnored
-	seen   *atomic.Pointer[[]*resourceapi.ResourceSlice]
+	ignore  *countersIgnored
+	capture *cycleCapture
 }
 
 func (l slicesWithoutCounters) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
@@ -67,8 +67,8 @@ func (l slicesWithoutCounters) ListWithDeviceTaintRules() ([]*resourceapi.Resour
 	if err == nil && l.ignore.Load() {
 		slices = withZeroCounterConsumption(slices)
 	}
-	if err == nil && l.seen != nil {
-		l.seen.Store(&slices)
+	if err == nil {
+		l.capture.sawSlices(slices)
 	}
 	return slices, err
 }

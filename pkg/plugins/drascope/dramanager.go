@@ -2,7 +2,6 @@ package drascope
 
 import (
 	"sync"
-	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -54,10 +53,9 @@ type draManager struct {
 	claims claimTracker
 	// countersIgnored: see adminaccess_counters.go.
 	countersIgnored countersIgnored
-	// slicesSeen are the slices upstream's PreFilter last listed: node
-	// pruning (prune.go) reads the ones the cycle's allocator was built
-	// from.
-	slicesSeen atomic.Pointer[[]*resourceapi.ResourceSlice]
+	// capture is what upstream's PreFilter built the cycle's allocator
+	// from (capture.go): node pruning and preemption's dry runs read it.
+	capture cycleCapture
 }
 
 // newDRAManager decorates the scheduler's shared DRA manager for one
@@ -67,10 +65,9 @@ func newDRAManager(inner fwk.SharedDRAManager, observer InFlightObserver, withhe
 	if holds == nil {
 		holds = &releasehold.Holds{}
 	}
-	return &draManager{
-		SharedDRAManager: inner,
-		claims:           claimTracker{ResourceClaimTracker: inner.ResourceClaims(), observer: observer, withheld: withheld, holds: holds},
-	}
+	m := &draManager{SharedDRAManager: inner}
+	m.claims = claimTracker{ResourceClaimTracker: inner.ResourceClaims(), observer: observer, withheld: withheld, holds: holds, capture: &m.capture}
+	return m
 }
 
 func (m *draManager) ResourceClaims() fwk.ResourceClaimTracker {
@@ -85,8 +82,8 @@ type claimTracker struct {
 	fwk.ResourceClaimTracker
 	observer InFlightObserver
 	withheld Withheld
-	// seen is the in-use set last handed out, for node pruning.
-	seen atomic.Pointer[inUseSeen]
+	// capture receives the in-use set handed to upstream.
+	capture *cycleCapture
 	// holds keep released allocations in use until their fate is known
 	// (pkg/releasehold), for every profile of the scheduler.
 	holds *releasehold.Holds
@@ -149,7 +146,7 @@ func (t *claimTracker) addWithheld(state structured.AllocatedState) {
 	for id := range kept {
 		state.AllocatedDevices.Insert(id)
 	}
-	t.seen.Store(&inUseSeen{state: state, withheld: withheld, kept: kept})
+	t.capture.sawInUse(&inUseSeen{state: state, withheld: withheld, kept: kept})
 }
 
 // ListAllAllocatedDevices is what upstream's PreFilter hands the allocator

@@ -216,8 +216,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	if pl.manager != nil {
 		// What upstream's PreFilter hands its allocator this cycle, and
 		// only that, is what node pruning reads.
-		pl.manager.claims.seen.Store(nil)
-		pl.manager.slicesSeen.Store(nil)
+		pl.manager.capture.begin()
 	}
 	claims, gathered := &podClaims{}, false
 	if pl.enabled && len(pod.Spec.ResourceClaims) > 0 {

@@ -72,16 +72,15 @@ func (pl *DRAScope) takeCycleView(pod *v1.Pod, claims *podClaims) *cycleView {
 	if pl.manager == nil {
 		return nil
 	}
-	seen := pl.manager.claims.seen.Swap(nil)
-	slices := pl.manager.slicesSeen.Swap(nil)
-	if seen == nil || slices == nil {
+	seen, slices, ok := pl.manager.capture.take()
+	if !ok {
 		// Upstream built no allocator this cycle.
 		return nil
 	}
 	if claims.unknown > 0 || claims.allocated > 0 || len(claims.toAllocate) == 0 || requestsExtendedResources(pod) || !pl.claimsUnchanged(claims) {
 		return nil
 	}
-	return &cycleView{seen: seen, slices: *slices}
+	return &cycleView{seen: seen, slices: slices}
 }
 
 // claimsUnchanged reports whether the claims DRAScope read before upstream's
