@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -108,9 +107,10 @@ type term struct {
 	// written: each pool's object as the publisher's last write returned
 	// it, until the informer has caught up with that write.
 	written map[drausage.PoolID]*v1alpha1.ResourcePool
-	// deleted are the UIDs of objects the informer saw deleted, so that a
-	// write that returned after the delete is not trusted.
-	deleted sets.Set[types.UID]
+	// deleted are the UIDs of objects the informer saw deleted, and when,
+	// so that a write that returned after the delete is not trusted. A
+	// write returns within seconds: entries go after deletedFor.
+	deleted map[types.UID]time.Time
 	// plan says when each pool is written. A sync takes up a pool's
 	// unwritten change before it reads the snapshot, so a change during
 	// the sync's writes gets a deadline of its own.
@@ -240,7 +240,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		queue:   queue,
 		objects: informer.GetIndexer(),
 		written: map[drausage.PoolID]*v1alpha1.ResourcePool{},
-		deleted: sets.New[types.UID](),
+		deleted: map[types.UID]time.Time{},
 		plan:    newPlan(p.opts.MinInterval, p.opts.MaxDelay, workers, p.budget, p.creations),
 		stop:    cancel,
 	}
@@ -311,6 +311,28 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 	return t.crdGone
 }
 
+// deletedFor is how long the UID of a deleted object is remembered.
+const deletedFor = time.Minute
+
+// noteDeleted remembers a deleted object's UID, and forgets those older
+// than deletedFor, so that pool churn does not grow the set. The caller
+// holds the publisher's lock.
+func (t *term) noteDeleted(uid types.UID, now time.Time) {
+	for old, at := range t.deleted {
+		if now.Sub(at) > deletedFor {
+			delete(t.deleted, old)
+		}
+	}
+	t.deleted[uid] = now
+}
+
+// wasDeleted reports whether the informer saw the object deleted. The
+// caller holds the publisher's lock.
+func (t *term) wasDeleted(uid types.UID) bool {
+	_, gone := t.deleted[uid]
+	return gone
+}
+
 // watchHandler queues the pool of every ResourcePool the informer sees
 // change, so that one changed or deleted by someone else is put back. The
 // publisher's own writes coming back queue nothing.
@@ -337,7 +359,7 @@ func (p *Publisher) watchHandler(t *term) cache.ResourceEventHandler {
 			}
 			id := poolOf(rp)
 			p.mu.Lock()
-			t.deleted.Insert(rp.UID)
+			t.noteDeleted(rp.UID, p.clock.Now())
 			if w := t.written[id]; w != nil && w.UID == rp.UID {
 				delete(t.written, id)
 			}
@@ -450,7 +472,7 @@ func (p *Publisher) current(t *term, id drausage.PoolID) (obj *v1alpha1.Resource
 	})
 	p.mu.Lock()
 	written := t.written[id]
-	if written != nil && t.deleted.Has(written.UID) {
+	if written != nil && t.wasDeleted(written.UID) {
 		delete(t.written, id)
 		written = nil
 	}
@@ -502,6 +524,10 @@ func (p *Publisher) sync(ctx context.Context, t *term, id drausage.PoolID) (outc
 	if snap == nil {
 		switch {
 		case existing == nil:
+			// Gone, and its object too: nothing to plan for it.
+			p.mu.Lock()
+			t.plan.forget(id)
+			p.mu.Unlock()
 			return current, nil
 		case !p.opts.Synced():
 			return later, nil
@@ -611,7 +637,7 @@ func (p *Publisher) updateStatus(ctx context.Context, t *term, id drausage.PoolI
 func (p *Publisher) remember(t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !t.deleted.Has(obj.UID) {
+	if !t.wasDeleted(obj.UID) {
 		t.written[id] = obj
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Upstream's PreBind writes a claim's allocation; when the write fails, the
@@ -69,9 +70,15 @@ func FromAPI(client kubernetes.Interface) VersionReader {
 type Holds struct {
 	mu sync.Mutex
 	// released are allocations MaybeRemoveClaimPendingAllocation dropped,
-	// by claim, until AssumedClaimRestore names the claim.
-	released map[types.UID][]structured.DeviceID
+	// by claim, until AssumedClaimRestore names the claim, which upstream's
+	// Unreserve does right after for a user's claim. For a claim of
+	// DRA-backed extended resources it removes the allocation under a
+	// temporary UID that nothing names again: such entries are dropped
+	// once older than releasedFor.
+	released map[types.UID]released
 	held     map[types.UID]*hold
+	// Clock, for tests; the real clock when nil.
+	Clock clock.PassiveClock
 	// read checks a hold against the API; nil holds until the view moves.
 	read VersionReader
 	ctx  context.Context
@@ -85,6 +92,16 @@ func (h *Holds) Start(ctx context.Context, read VersionReader) {
 	h.ctx, h.read = ctx, read
 }
 
+// released is an allocation Unreserve dropped, and when.
+type released struct {
+	devices []structured.DeviceID
+	at      time.Time
+}
+
+// releasedFor bounds how long a released allocation waits for the claim to
+// be named: upstream names it in the same Unreserve.
+const releasedFor = time.Minute
+
 func devicesOf(allocation *resourceapi.AllocationResult) []structured.DeviceID {
 	var ids []structured.DeviceID
 	for _, r := range allocation.Devices.Results {
@@ -96,15 +113,36 @@ func devicesOf(allocation *resourceapi.AllocationResult) []structured.DeviceID {
 	return ids
 }
 
+func (h *Holds) now() time.Time {
+	if h.Clock == nil {
+		return time.Now()
+	}
+	return h.Clock.Now()
+}
+
+// Sizes reports how many released allocations and holds are kept, for
+// tests that check nothing leaks.
+func (h *Holds) Sizes() (released, held int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.released), len(h.held)
+}
+
 // Released records the devices of an in-flight allocation Unreserve
 // dropped.
 func (h *Holds) Released(uid types.UID, allocation *resourceapi.AllocationResult) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	now := h.now()
 	if h.released == nil {
-		h.released = map[types.UID][]structured.DeviceID{}
+		h.released = map[types.UID]released{}
 	}
-	h.released[uid] = devicesOf(allocation)
+	for other, r := range h.released {
+		if now.Sub(r.at) > releasedFor {
+			delete(h.released, other)
+		}
+	}
+	h.released[uid] = released{devices: devicesOf(allocation), at: now}
 }
 
 // Restored turns a released allocation into a hold, now that the claim is
@@ -112,7 +150,8 @@ func (h *Holds) Released(uid types.UID, allocation *resourceapi.AllocationResult
 // API.
 func (h *Holds) Restored(claim *resourceapi.ResourceClaim) {
 	h.mu.Lock()
-	devices, ok := h.released[claim.UID]
+	r, ok := h.released[claim.UID]
+	devices := r.devices
 	delete(h.released, claim.UID)
 	if !ok || len(devices) == 0 {
 		h.mu.Unlock()
