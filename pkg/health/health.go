@@ -9,7 +9,9 @@
 // pods.go). A device is Unhealthy while some existing pod's current status
 // reports it Unhealthy, running or finished; when the last such pod is
 // deleted or reports otherwise, the hold time starts, and at its end the
-// device is Unknown. A new Healthy report from a holder ends it at once.
+// device is Unknown. A new Healthy report from a holder ends at once its own
+// Unhealthy report and those of holders that no longer run, never that of
+// another running holder.
 // Reports outlive their pods by the hold time: the pod that found a broken
 // device is usually deleted before its replacement is scheduled.
 package health
@@ -332,13 +334,28 @@ func (c *Cache) dropHolderLocked(d Device, uid types.UID, now time.Time) bool {
 	if e.PodUID != uid {
 		return false
 	}
-	// The pod named as reporter is gone, others still report the device:
-	// name one of them, so that what is persisted names a pod that exists.
+	return c.nameHolderLocked(d, e)
+}
+
+// nameHolderLocked names one of the device's remaining holders as its
+// reporter when the one named no longer is, so that what is persisted
+// names a pod that reports it. It reports whether that changed.
+func (c *Cache) nameHolderLocked(d Device, e *entry) bool {
+	if e.holders.Has(e.PodUID) || e.holders.Len() == 0 {
+		return false
+	}
 	next := sets.List(e.holders)[0]
 	if p, ok := c.pods[next]; ok {
 		e.Pod, e.PodUID, e.Node, e.Message = p.name, next, p.node, p.reports[d].message
 	}
 	return true
+}
+
+// runningLocked reports whether a pod is known to run: its holding is
+// remembered, and it neither finished nor left the informer.
+func (c *Cache) runningLocked(uid types.UID) bool {
+	h := c.holdings[uid]
+	return h != nil && !h.finished && h.left.IsZero()
 }
 
 func (c *Cache) entryLocked(d Device) *entry {
@@ -374,18 +391,28 @@ func (c *Cache) applyLocked(d Device, r report, isNew bool, uid types.UID, pod, 
 		if !isNew {
 			return false
 		}
-		// A new Healthy report from a holder supersedes every Unhealthy
-		// report before it: a monitor found the device working again.
-		changed := current.Health != v1.ResourceHealthStatusHealthy || e.PodUID != uid
+		// A new Healthy report from a holder ends its own Unhealthy report
+		// and those of holders that no longer run (finished, or gone from
+		// the informer): the pod that replaced them on the device found
+		// it working. A running holder's report stands: one holder cannot
+		// clear what another's kubelet reports (docs/device-health.md,
+		// "Tenants").
 		for holder := range e.holders {
+			if holder != uid && c.runningLocked(holder) {
+				continue
+			}
 			if p, ok := c.pods[holder]; ok {
 				if old, ok := p.reports[d]; ok {
 					old.superseded = true
 					p.reports[d] = old
 				}
 			}
+			e.holders.Delete(holder)
 		}
-		e.holders.Clear()
+		if e.holders.Len() > 0 {
+			return c.nameHolderLocked(d, e)
+		}
+		changed := current.Health != v1.ResourceHealthStatusHealthy || e.PodUID != uid
 		if current.Health != v1.ResourceHealthStatusHealthy {
 			e.Since = now
 		}

@@ -254,6 +254,31 @@ func TestHealthyReportEndsItAtOnce(t *testing.T) {
 	}
 }
 
+// One holder cannot clear what another reports: while a running pod's
+// status says its device is Unhealthy, a Healthy report from another
+// running holder (a pod sharing the claim, an admin-access monitor) leaves
+// it Unhealthy; the reporter's own Healthy report ends it.
+func TestAHolderCannotClearAnotherHoldersReport(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, _, w := newTestCache(t)
+	trainer := w.running("trainer", []Device{gpu0}, unhealthy(gpu0, "Xid 79"))
+	c.ObservePod(logger, trainer)
+	other := w.running("other", []Device{gpu0}, healthy(gpu0))
+	c.ObservePod(logger, other)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || r.Pod != "default/trainer" || r.Message != "Xid 79" {
+		t.Fatalf("gpu-0 after another running holder reports it Healthy: %+v, want Unhealthy as the trainer reports it", r)
+	}
+	if !unhealthyIDs(c).Has(structured.MakeDeviceID(gpu0.Driver, gpu0.Pool, gpu0.Name)) {
+		t.Error("gpu-0 is handed out again although its reporter still reports it Unhealthy")
+	}
+	recovered := w.running("trainer", []Device{gpu0}, healthy(gpu0))
+	recovered.UID = trainer.UID
+	c.ObservePod(logger, recovered)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusHealthy {
+		t.Errorf("gpu-0 after its reporter reports it Healthy: %+v, want Healthy", r)
+	}
+}
+
 // The batch job case: kubelet writes phase Failed and Unhealthy in one
 // status update, the scheduler's informer drops the pod (a delete with the
 // previous status), and the resourceclaim controller releases the claim.
