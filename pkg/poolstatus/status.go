@@ -4,6 +4,7 @@ package poolstatus
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -17,23 +18,35 @@ import (
 	"github.com/drascope/drascope/pkg/drausage"
 )
 
+// MaxDeviceBytes bounds the encoded size (JSON) of a status's device list:
+// well under etcd's default request limit (1.5 MiB) and the apiserver's
+// (3 MiB), with room for the rest of the object. A pool of a thousand
+// Unhealthy or tainted devices with long messages would otherwise make a
+// status the apiserver refuses, retried forever, and its object would
+// freeze.
+const MaxDeviceBytes = 1 << 20
+
 // listedDevices are the devices a status lists: every one that is not
 // Available or was reported Unhealthy, sorted by name, at most
-// v1alpha1.MaxDevices. Past that (a pool of thousands of devices, tainted
-// or allocated), Unhealthy and Unavailable devices are kept before allocated
-// ones, which the summary counts anyway, and the rest are counted: a status
-// the CRD refuses would be retried forever.
+// v1alpha1.MaxDevices and MaxDeviceBytes encoded. Past that (a pool of
+// thousands of devices, tainted or allocated, or long messages),
+// Unhealthy and Unavailable devices are kept before allocated ones, which
+// the summary counts anyway, and the rest are counted: a status the CRD or
+// the apiserver refuses would be retried forever.
 func listedDevices(devices []drausage.DeviceUsage) ([]v1alpha1.DeviceStatus, int32) {
 	var listed []v1alpha1.DeviceStatus
+	worstCase := 0
 	for _, d := range devices {
 		if d.State != drausage.DeviceAvailable || d.Health.Status == v1.ResourceHealthStatusUnhealthy {
-			listed = append(listed, v1alpha1.DeviceStatus{
+			s := v1alpha1.DeviceStatus{
 				Name: d.Name, State: string(d.State), Reason: string(d.Reason), Message: d.Message,
 				Health: string(d.Health.Status), HealthMessage: d.Health.Detail,
-			})
+			}
+			listed = append(listed, s)
+			worstCase += maxEncodedSize(s)
 		}
 	}
-	if len(listed) <= v1alpha1.MaxDevices {
+	if len(listed) <= v1alpha1.MaxDevices && worstCase <= MaxDeviceBytes {
 		return listed, 0
 	}
 	important := func(d v1alpha1.DeviceStatus) bool {
@@ -48,10 +61,37 @@ func listedDevices(devices []drausage.DeviceUsage) ([]v1alpha1.DeviceStatus, int
 		}
 		return 0
 	})
-	truncated := int32(len(listed) - v1alpha1.MaxDevices)
-	listed = listed[:v1alpha1.MaxDevices]
+	kept, size := 0, 0
+	for _, d := range listed[:min(len(listed), v1alpha1.MaxDevices)] {
+		n := encodedSize(d)
+		if size+n > MaxDeviceBytes {
+			break
+		}
+		kept, size = kept+1, size+n
+	}
+	truncated := int32(len(listed) - kept)
+	listed = listed[:kept]
 	slices.SortFunc(listed, func(a, b v1alpha1.DeviceStatus) int { return cmp.Compare(a.Name, b.Name) })
 	return listed, truncated
+}
+
+// deviceOverhead is what JSON adds to a device's strings: its keys,
+// quotes, colons, commas and braces.
+const deviceOverhead = len(`{"name":"","state":"","reason":"","message":"","health":"","healthMessage":""},`)
+
+// maxEncodedSize bounds a device's JSON size without encoding it: a byte
+// is escaped to at most six (\u00XX).
+func maxEncodedSize(d v1alpha1.DeviceStatus) int {
+	return deviceOverhead + 6*(len(d.Name)+len(d.State)+len(d.Reason)+len(d.Message)+len(d.Health)+len(d.HealthMessage))
+}
+
+// encodedSize is a device's JSON size, and a separator.
+func encodedSize(d v1alpha1.DeviceStatus) int {
+	data, err := json.Marshal(d)
+	if err != nil {
+		return maxEncodedSize(d)
+	}
+	return len(data) + 1
 }
 
 // For renders a pool's usage as a ResourcePool status, counted under the

@@ -1,6 +1,7 @@
 package poolstatus
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -169,6 +170,46 @@ func TestForTruncatesTheDeviceList(t *testing.T) {
 	small.Devices = u.Devices[:10]
 	if s := For(&small, "Taint", nil, time.Now()); len(s.Devices) != 10 || s.TruncatedDeviceCount != 0 {
 		t.Errorf("a small pool: %d listed, %d truncated; want 10 and 0", len(s.Devices), s.TruncatedDeviceCount)
+	}
+}
+
+// Thousands of Unhealthy devices with long messages are published within
+// the byte budget, Unavailable ones first, the rest counted: their full
+// list would pass the apiserver's request limit, be refused on every
+// write, and freeze the pool's object.
+func TestForBoundsTheDeviceListByBytes(t *testing.T) {
+	u := drausage.PoolUsage{PoolID: drausage.PoolID{Driver: "gpu.example.com", Pool: "broken"}}
+	const allocated, unhealthy = 500, 3000
+	long := strings.Repeat("Xid 79: GPU has fallen off the bus <", 28) // escaped in JSON
+	for i := range allocated + unhealthy {
+		d := drausage.DeviceUsage{Name: fmt.Sprintf("gpu-%05d", i), State: drausage.DeviceAllocated}
+		if i >= allocated {
+			d.State, d.Reason, d.Message = drausage.DeviceUnavailable, drausage.ReasonUnhealthy, long
+			d.Health = drausage.DeviceHealth{Status: "Unhealthy", Detail: long}
+		}
+		u.Devices = append(u.Devices, d)
+	}
+	status := For(&u, "Taint", nil, time.Now())
+	data, err := json.Marshal(status.Devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > MaxDeviceBytes {
+		t.Errorf("the device list encodes to %d bytes, want at most %d", len(data), MaxDeviceBytes)
+	}
+	if n := len(status.Devices) + int(status.TruncatedDeviceCount); n != allocated+unhealthy || status.TruncatedDeviceCount == 0 {
+		t.Errorf("%d listed and %d truncated; want them to add up to %d, some truncated", len(status.Devices), status.TruncatedDeviceCount, allocated+unhealthy)
+	}
+	for _, d := range status.Devices {
+		if d.State != string(drausage.DeviceUnavailable) {
+			t.Fatalf("%s listed as %s while Unhealthy devices were left out; want those first", d.Name, d.State)
+		}
+	}
+	// The budget is not the limit in the usual case: every device listed.
+	few := u
+	few.Devices = u.Devices[allocated : allocated+100]
+	if s := For(&few, "Taint", nil, time.Now()); len(s.Devices) != 100 || s.TruncatedDeviceCount != 0 {
+		t.Errorf("100 Unhealthy devices: %d listed, %d truncated; want 100 and 0", len(s.Devices), s.TruncatedDeviceCount)
 	}
 }
 
