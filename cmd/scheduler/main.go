@@ -6,6 +6,10 @@ import (
 	"os"
 
 	"k8s.io/component-base/cli"
+	// client-go's workqueue metrics (workqueue_depth{name="resourcepool"}
+	// for the ResourcePool publisher, as KEP-5677 names it), which
+	// kube-controller-manager installs and kube-scheduler does not.
+	_ "k8s.io/component-base/metrics/prometheus/workqueue"
 )
 
 func main() {

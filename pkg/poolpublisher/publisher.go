@@ -216,7 +216,9 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[drausage.PoolID](200*time.Millisecond, 30*time.Second),
-		workqueue.TypedRateLimitingQueueConfig[drausage.PoolID]{Name: "drascope_resourcepool_publisher", Clock: p.clock},
+		// KEP-5677's name: workqueue_depth{name="resourcepool"} and the
+		// rest of client-go's workqueue metrics.
+		workqueue.TypedRateLimitingQueueConfig[drausage.PoolID]{Name: "resourcepool", Clock: p.clock},
 	)
 	defer queue.ShutDown()
 	ctx, cancel := context.WithCancel(ctx)

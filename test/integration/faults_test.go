@@ -175,6 +175,11 @@ func TestLeaderFailoverWithAPIServerRestart(t *testing.T) {
 				t.Fatalf("ResourcePools matched the API, then no longer: %s", mismatch)
 			}
 		}
+		// The publisher's queue is KEP-5677's, with client-go's workqueue
+		// metrics.
+		if got := counterAt(t, b.port, "workqueue_adds_total", map[string]string{"name": "resourcepool"}); got == 0 {
+			t.Errorf("workqueue_adds_total{name=\"resourcepool\"} on the new leader: %v, want the publisher's queue counted", got)
+		}
 		b.stop()
 	})
 }

@@ -100,6 +100,8 @@ func insecureClient() *http.Client {
 // a file in the test data directory.
 type schedulerBinary struct {
 	*localcluster.Process
+	// port serves /healthz and /metrics (runSchedulerBinary only).
+	port int
 }
 
 func startSchedulerBinary(name string, args ...string) (*schedulerBinary, error) {
@@ -107,7 +109,7 @@ func startSchedulerBinary(name string, args ...string) (*schedulerBinary, error)
 	if err != nil {
 		return nil, err
 	}
-	return &schedulerBinary{p}, nil
+	return &schedulerBinary{Process: p}, nil
 }
 
 // runSchedulerBinary runs bin/drascope-scheduler with a config file as a
@@ -131,6 +133,7 @@ func runSchedulerBinary(t *testing.T, name, config string, args ...string) (*sch
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.port = port
 	t.Cleanup(func() {
 		select {
 		case <-b.Done():
