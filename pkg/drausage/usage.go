@@ -103,6 +103,16 @@ type DeviceUsage struct {
 	Allocations []Allocation
 	// AdminAccess lists KEP-5018 observers: they never count as allocated.
 	AdminAccess []Allocation
+	// Capacity is, for a device that allows multiple allocations
+	// (consumable capacity, KEP-5075), how much of each capacity its shares
+	// consume, by capacity name; nil for every other device.
+	Capacity []CapacityUse
+}
+
+// CapacityUse is how much of one capacity of a shared device is consumed.
+type CapacityUse struct {
+	Name        resourceapi.QualifiedName
+	Used, Total resource.Quantity
 }
 
 // Unavailability is Reason and Message as one line for people, such as
@@ -329,7 +339,7 @@ func ComputePool(id PoolID, poolSlices []*resourceapi.ResourceSlice, claims []*r
 	counters := remainingCounters(current, devices)
 	for _, name := range names {
 		d := devices[name]
-		du := DeviceUsage{Name: name, Allocations: d.allocations, AdminAccess: d.admin, Health: d.health}
+		du := DeviceUsage{Name: name, Allocations: d.allocations, AdminAccess: d.admin, Health: d.health, Capacity: d.capacityUse()}
 		usage.Conflicts = append(usage.Conflicts, d.conflicts(id, name)...)
 		switch {
 		case d.dedicated > 0 || d.shares > 0:
@@ -557,6 +567,19 @@ func sortedClaims(refs []ClaimRef) []ClaimRef {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
 	})
 	return slices.Compact(refs)
+}
+
+// capacityUse is what the device's shares consume of each capacity, for a
+// device that allows multiple allocations.
+func (d *device) capacityUse() []CapacityUse {
+	if !ptr.Deref(d.spec.AllowMultipleAllocations, false) || len(d.spec.Capacity) == 0 {
+		return nil
+	}
+	out := make([]CapacityUse, 0, len(d.spec.Capacity))
+	for _, name := range sortedKeys(d.spec.Capacity) {
+		out = append(out, CapacityUse{Name: name, Used: d.consumed[name], Total: d.spec.Capacity[name].Value})
+	}
+	return out
 }
 
 // partiallyConsumed reports whether a shared device can take more: some of

@@ -422,3 +422,32 @@ func TestPoolsNotTiedToANode(t *testing.T) {
 		t.Errorf("pools (-want +got):\n%s", diff)
 	}
 }
+
+// A device that allows multiple allocations says how much of each capacity
+// its shares consume; other devices say nothing.
+func TestCapacityUseOfSharedDevices(t *testing.T) {
+	shared := dev("shared")
+	shared.AllowMultipleAllocations = ptr.To(true)
+	shared.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("16Gi")}, "cores": {Value: resource.MustParse("8")}}
+	plain := dev("plain")
+	usage := ComputePool(PoolID{Driver: "gpu.example.com", Pool: "node-1"},
+		[]*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, shared, plain)},
+		[]*resourceapi.ResourceClaim{
+			allocated("a", consume(share(onDevice("node-1", "shared"), "1"), "6Gi")),
+			allocated("b", consume(share(onDevice("node-1", "shared"), "2"), "6Gi")),
+			allocated("c", onDevice("node-1", "plain")),
+		}, Options{})
+	for _, d := range usage.Devices {
+		switch d.Name {
+		case "shared":
+			if len(d.Capacity) != 2 || d.Capacity[0].Name != "cores" || d.Capacity[1].Name != "memory" ||
+				d.Capacity[1].Used.Cmp(resource.MustParse("12Gi")) != 0 || d.Capacity[1].Total.Cmp(resource.MustParse("16Gi")) != 0 || !d.Capacity[0].Used.IsZero() {
+				t.Errorf("shared device capacity %+v, want cores 0/8 and memory 12Gi/16Gi", d.Capacity)
+			}
+		case "plain":
+			if d.Capacity != nil {
+				t.Errorf("plain device capacity %+v, want none", d.Capacity)
+			}
+		}
+	}
+}

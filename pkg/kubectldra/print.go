@@ -208,6 +208,9 @@ func writeDevices(w describe.PrefixWriter, level int, detail *drausage.PoolUsage
 		for _, a := range d.AdminAccess {
 			details = append(details, "observed by "+a.Claim.String()+" (admin access)")
 		}
+		if len(d.Capacity) > 0 {
+			details = append(details, "capacity "+capacityUseString(d.Capacity))
+		}
 		switch {
 		case d.Reason != "":
 			details = append([]string{d.Unavailability()}, details...)
@@ -240,6 +243,16 @@ func capacityString(a drausage.Allocation) string {
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ",")
+}
+
+// capacityUseString says how much of each capacity of a shared device is
+// used, as "memory 12Gi/16Gi used".
+func capacityUseString(uses []drausage.CapacityUse) string {
+	parts := make([]string, 0, len(uses))
+	for _, u := range uses {
+		parts = append(parts, fmt.Sprintf("%s %s/%s used", u.Name, u.Used.String(), u.Total.String()))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func orNone(s string) string {

@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubectl/pkg/describe"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
@@ -116,5 +118,18 @@ func TestFitLine(t *testing.T) {
 	}
 	if got := fitLine(many, 1); !strings.HasSuffix(got, "node-09, and 2 more") {
 		t.Errorf("fitLine names %q, want ten nodes and a count", got)
+	}
+}
+
+// A shared device's row says how much of each capacity its shares use.
+func TestDeviceDetailsShowCapacityUse(t *testing.T) {
+	var out strings.Builder
+	w := describe.NewPrefixWriter(&out)
+	writeDevices(w, describe.LEVEL_0, &drausage.PoolUsage{Devices: []drausage.DeviceUsage{{
+		Name: "shared-0", State: drausage.DevicePartiallyAllocated,
+		Capacity: []drausage.CapacityUse{{Name: "memory", Used: resource.MustParse("12Gi"), Total: resource.MustParse("16Gi")}},
+	}}}, "")
+	if !strings.Contains(out.String(), "capacity memory 12Gi/16Gi used") {
+		t.Errorf("device details:\n%s\nwant the capacity used and total", out.String())
 	}
 }
