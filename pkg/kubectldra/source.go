@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -36,6 +38,7 @@ const (
 	noteDetailNoSlices    = "(listing ResourceSlices is not permitted: device detail hidden)"
 	noteDetailNoClaims    = "(listing ResourceClaims is not permitted: device detail hidden)"
 	noteClaimsInNamespace = "(listing ResourceClaims is permitted in namespace %s only: devices held by other claims are shown without them)"
+	noteClaimsInSome      = "(listing ResourceClaims is permitted in namespaces %s only: devices held by other claims are shown without them)"
 )
 
 // poolFilter selects pools; empty fields select everything.
@@ -69,11 +72,11 @@ type clusterView struct {
 	// slicesHidden: listing ResourceSlices is not permitted.
 	slicesHidden bool
 	claims       []*resourceapi.ResourceClaim
-	// claimsNamespace is "" when claims holds every claim, else the one
-	// namespace whose claims the user may list; claimsHidden when none.
-	claimsNamespace string
-	claimsHidden    bool
-	taintRules      []*resourceapi.DeviceTaintRule
+	// claimsNamespaces is nil when claims holds every claim, else the
+	// namespaces whose claims the user may list; claimsHidden when none.
+	claimsNamespaces []string
+	claimsHidden     bool
+	taintRules       []*resourceapi.DeviceTaintRule
 }
 
 // List returns the pools filter selects, sorted by name, and notes on where
@@ -248,7 +251,7 @@ func (s *poolSource) computed(ctx context.Context, filter poolFilter, why string
 		return nil, append(notes, noteSlicesHidden), nil
 	}
 	var claims []*resourceapi.ResourceClaim
-	if view.claimsNamespace == "" && !view.claimsHidden {
+	if view.claimsNamespaces == nil && !view.claimsHidden {
 		claims = view.claims
 	} else {
 		notes = append(notes, noteClaimsHidden)
@@ -299,11 +302,11 @@ func (s *poolSource) Detail(ctx context.Context, rp *v1alpha1.ResourcePool) (*dr
 	opts := drausage.Options{DeviceTaintRules: view.taintRules, HealthTaintKey: health.TaintKey}
 	opts.Health, opts.WithholdUnhealthy = schedulerHealth(rp)
 	usage := drausage.ComputePool(id, view.poolSlices(id), view.claims, opts)
-	if view.claimsNamespace == "" {
+	if view.claimsNamespaces == nil {
 		return &usage, "", nil
 	}
 	markHeldByOthers(&usage, rp)
-	return &usage, fmt.Sprintf(noteClaimsInNamespace, view.claimsNamespace), nil
+	return &usage, view.claimsNote(), nil
 }
 
 // load reads the cluster's slices, claims and taint rules, once.
@@ -324,13 +327,11 @@ func (s *poolSource) load(ctx context.Context) (*clusterView, error) {
 		}
 	}
 	claimList, err := s.client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
-	if apierrors.IsForbidden(err) && s.namespace != "" {
-		view.claimsNamespace = s.namespace
-		claimList, err = s.client.ResourceV1().ResourceClaims(s.namespace).List(ctx, metav1.ListOptions{})
-	}
 	switch {
 	case apierrors.IsForbidden(err):
-		view.claimsHidden, view.claimsNamespace = true, ""
+		if err := s.loadPermittedClaims(ctx, view); err != nil {
+			return nil, err
+		}
 	case err != nil:
 		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
 	default:
@@ -351,6 +352,52 @@ func (s *poolSource) load(ctx context.Context) (*clusterView, error) {
 	}
 	s.view = view
 	return view, nil
+}
+
+// maxClaimNamespaces bounds the namespaces tried one by one for a user who
+// may not list every claim.
+const maxClaimNamespaces = 100
+
+// loadPermittedClaims reads the claims of every namespace whose claims the
+// user may list, for a user who may not list them all: the namespaces the
+// user may list (at most maxClaimNamespaces), and the kubeconfig's. A
+// namespace that refuses is left out; none left, claims are hidden.
+func (s *poolSource) loadPermittedClaims(ctx context.Context, view *clusterView) error {
+	candidates := sets.New[string]()
+	if s.namespace != "" {
+		candidates.Insert(s.namespace)
+	}
+	if list, err := s.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{Limit: maxClaimNamespaces}); err == nil {
+		for _, ns := range list.Items {
+			candidates.Insert(ns.Name)
+		}
+	}
+	for _, namespace := range sets.List(candidates) {
+		list, err := s.client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+		switch {
+		case apierrors.IsForbidden(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("listing ResourceClaims in namespace %s: %w", namespace, err)
+		}
+		view.claimsNamespaces = append(view.claimsNamespaces, namespace)
+		for i := range list.Items {
+			view.claims = append(view.claims, &list.Items[i])
+		}
+	}
+	view.claimsHidden = len(view.claimsNamespaces) == 0
+	if view.claimsHidden {
+		view.claimsNamespaces = nil
+	}
+	return nil
+}
+
+// claimsNote says which namespaces' claims the user may list.
+func (v *clusterView) claimsNote() string {
+	if len(v.claimsNamespaces) == 1 {
+		return fmt.Sprintf(noteClaimsInNamespace, v.claimsNamespaces[0])
+	}
+	return fmt.Sprintf(noteClaimsInSome, strings.Join(v.claimsNamespaces, ", "))
 }
 
 // poolSlices are the slices of one pool.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -321,5 +322,40 @@ func TestDetailForANamespaceLimitedUser(t *testing.T) {
 	refuse(&c.client.Fake, "list", "resourceclaims", "team-a", forbidden("resourceclaims"))
 	if detail, note, err := c.source("team-a").Detail(context.Background(), rp); err != nil || detail != nil || note != "(listing ResourceClaims is not permitted: device detail hidden)" {
 		t.Errorf("no claims at all: %v %q %v; want no detail and the note", detail, note, err)
+	}
+}
+
+// A user who may list the claims of some namespaces, not all, sees the
+// claims of each of them, not only those of the kubeconfig's namespace.
+func TestDetailForAUserOfSeveralNamespaces(t *testing.T) {
+	objects := []runtime.Object{
+		testSlice("node-1", "gpu-0", "gpu-1", "gpu-2"),
+		testClaim("team-a", "mine", "node-1", "gpu-0"),
+		testClaim("team-b", "ours", "node-1", "gpu-1"),
+		testClaim("team-c", "theirs", "node-1", "gpu-2"),
+	}
+	for _, ns := range []string{"team-a", "team-b", "team-c"} {
+		objects = append(objects, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	rp := published("node-1", 3)
+	c := newCluster(objects, rp)
+	refuse(&c.client.Fake, "list", "resourceclaims", "", forbidden("resourceclaims"))
+	refuse(&c.client.Fake, "list", "resourceclaims", "team-c", forbidden("resourceclaims"))
+
+	detail, note, err := c.source("team-a").Detail(context.Background(), rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if note != "(listing ResourceClaims is permitted in namespaces team-a, team-b only: devices held by other claims are shown without them)" {
+		t.Errorf("note %q", note)
+	}
+	holders := map[string]string{}
+	for _, d := range detail.Devices {
+		for _, a := range d.Allocations {
+			holders[d.Name] = a.Claim.String()
+		}
+	}
+	if diff := cmp.Diff(map[string]string{"gpu-0": "team-a/mine", "gpu-1": "team-b/ours"}, holders); diff != "" {
+		t.Errorf("claims shown (-want +got):\n%s", diff)
 	}
 }

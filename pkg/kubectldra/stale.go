@@ -34,7 +34,7 @@ func (s *poolSource) staleNote(ctx context.Context, pools []v1alpha1.ResourcePoo
 		return "", nil
 	}
 	view, err := s.load(ctx)
-	if err != nil || view.slicesHidden || view.claimsHidden || view.claimsNamespace != "" {
+	if err != nil || view.slicesHidden || view.claimsHidden || view.claimsNamespaces != nil {
 		return "", err
 	}
 	changed := map[drausage.PoolID]time.Time{}

@@ -12,6 +12,14 @@ import (
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 )
 
+// namespaces is the one namespace, or nil for "".
+func namespaces(namespace string) []string {
+	if namespace == "" {
+		return nil
+	}
+	return []string{namespace}
+}
+
 // writtenAt sets when obj was last written, as the apiserver records it.
 func writtenAt(obj metav1.Object, at time.Time) {
 	obj.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "test", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: at}}})
@@ -48,9 +56,9 @@ func TestStaleResourcePoolsAreNamed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &poolSource{now: tc.now, view: &clusterView{
-				slices:          []*resourceapi.ResourceSlice{slice},
-				claims:          []*resourceapi.ResourceClaim{claim},
-				claimsNamespace: tc.claimsIn,
+				slices:           []*resourceapi.ResourceSlice{slice},
+				claims:           []*resourceapi.ResourceClaim{claim},
+				claimsNamespaces: namespaces(tc.claimsIn),
 			}}
 			note, err := s.staleNote(context.Background(), []v1alpha1.ResourcePool{tc.pool})
 			if err != nil {
