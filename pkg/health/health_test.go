@@ -574,6 +574,35 @@ func TestCDIReportOfAFailedPod(t *testing.T) {
 	}
 }
 
+// A standalone claim outlives its pod: once the pod failed, the claim is
+// allocated again, on another device, for a new pod. The kept failed pod's
+// CDI report is about the device the claim held for it, and counts; the
+// claim's current allocation, for the new pod, says nothing about it.
+func TestCDIReportOfAFailedPodWhoseClaimWasReused(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, _, w := newTestCache(t)
+	job := w.running("job", []Device{gpu0})
+	c.ObservePod(logger, job)
+	final := w.failed(job, health("gpu.example.com/gpu=gpu-0", v1.ResourceHealthStatusUnhealthy, "Xid 79"))
+	// The same ResourceClaim, now allocated gpu-1 and reserved for another pod.
+	w.claims["default/claim-job"] = &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "claim-job"},
+		Status: resourceapi.ResourceClaimStatus{
+			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+				{Request: "req", Driver: gpu1.Driver, Pool: gpu1.Pool, Device: gpu1.Name},
+			}}},
+			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "next", UID: "uid-next"}},
+		},
+	}
+	c.ObservePod(logger, final)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || r.Message != "Xid 79" {
+		t.Errorf("gpu-0, which the failed pod held and reports: %+v, want Unhealthy", r)
+	}
+	if got := healthOf(c, gpu1); got == v1.ResourceHealthStatusUnhealthy {
+		t.Errorf("gpu-1, the claim's new device, which the failed pod never held: %s", got)
+	}
+}
+
 // At start-up pods and claims are listed concurrently: a running pod judged
 // before its claim was known is looked at again when the claim arrives,
 // since kubelet writes its status again only on change.

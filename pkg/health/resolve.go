@@ -169,15 +169,18 @@ func ParseResourceID(id string) (Device, error) {
 }
 
 // resolveCDI finds the one device that the pod's claim holds for request:
-// from the claim, or, once it is released (the pod finished), from what it
-// held while the pod ran.
+// from what the claim held for this pod while it ran, when known;
+// otherwise from the claim, if it is reserved for the pod. Never from a
+// claim's allocation for another pod: a standalone claim reused by a new
+// pod on another device would turn the kept pod's report into a report
+// about a device it never held.
 func (r Resolver) resolveCDI(pod *v1.Pod, podClaim, request string, held []resourceapi.DeviceRequestAllocationResult) (Device, error) {
-	results, source, err := r.claimResults(pod, podClaim)
-	if err != nil {
-		if held == nil {
+	results, source := held, fmt.Sprintf("claim %q while the pod held it", podClaim)
+	if held == nil {
+		var err error
+		if results, source, err = r.claimResults(pod, podClaim); err != nil {
 			return Device{}, err
 		}
-		results, source = held, fmt.Sprintf("claim %q while the pod ran", podClaim)
 	}
 	var found []Device
 	for _, result := range results {
@@ -216,6 +219,9 @@ func (r Resolver) claimResults(pod *v1.Pod, podClaim string) ([]resourceapi.Devi
 	claim, err := r.Claim(pod.Namespace, *name)
 	if err != nil || claim == nil || claim.Status.Allocation == nil {
 		return nil, "", fmt.Errorf("a CDI device ID for ResourceClaim %s/%s, which is gone or not allocated", pod.Namespace, *name)
+	}
+	if !resourceclaim.IsReservedForPod(pod, claim, false) {
+		return nil, "", fmt.Errorf("a CDI device ID for ResourceClaim %s/%s, which is not reserved for the pod", pod.Namespace, *name)
 	}
 	return claim.Status.Allocation.Devices.Results, fmt.Sprintf("ResourceClaim %s/%s", pod.Namespace, *name), nil
 }
