@@ -118,6 +118,13 @@ func (s *poolSource) List(ctx context.Context, filter poolFilter) ([]v1alpha1.Re
 			notes = append(notes, stale)
 		}
 	}
+	orphaned, err := s.orphanedRulesNote(ctx, pools)
+	if err != nil {
+		return nil, nil, err
+	}
+	if orphaned != "" {
+		notes = append(notes, orphaned)
+	}
 	slices.SortFunc(pools, func(a, b v1alpha1.ResourcePool) int { return cmp.Compare(a.Name, b.Name) })
 	return pools, notes, nil
 }

@@ -6,10 +6,13 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/health"
 )
 
 // staleAfter is how long a ResourcePool may miss a change of its pool
@@ -97,4 +100,62 @@ func lastChanged(obj metav1.Object) time.Time {
 		}
 	}
 	return at
+}
+
+// schedulerLease is the Lease the drascope-scheduler replica leading
+// scheduling holds (the shipped leaderElection settings).
+const (
+	schedulerLeaseNamespace = "kube-system"
+	schedulerLeaseName      = "drascope-scheduler"
+)
+
+// orphanedRulesNote warns about the DeviceTaintRules drascope-scheduler
+// wrote (health.ManagedByLabel) when no drascope-scheduler leads: the rules
+// have no owner, and only a running leader ends them at their hold time,
+// so after an uninstall (or while drascope is scaled to zero) they keep
+// their devices NoSchedule for every scheduler. Only rules that select a
+// device of the listed pools count. It is "" when there are none, a
+// replica holds the Lease, or the user may not read it.
+func (s *poolSource) orphanedRulesNote(ctx context.Context, pools []v1alpha1.ResourcePool) (string, error) {
+	if len(pools) == 0 {
+		return "", nil
+	}
+	view, err := s.load(ctx)
+	if err != nil {
+		return "", err
+	}
+	listed := map[drausage.PoolID]bool{}
+	for i := range pools {
+		listed[drausage.PoolID{Driver: pools[i].Spec.Driver, Pool: pools[i].Spec.PoolName}] = true
+	}
+	n := 0
+	for _, rule := range view.taintRules {
+		sel := rule.Spec.DeviceSelector
+		if health.HasOwnLabel(rule) && sel != nil && sel.Driver != nil && sel.Pool != nil && listed[drausage.PoolID{Driver: *sel.Driver, Pool: *sel.Pool}] {
+			n++
+		}
+	}
+	if n == 0 {
+		return "", nil
+	}
+	lease, err := s.client.CoordinationV1().Leases(schedulerLeaseNamespace).Get(ctx, schedulerLeaseName, metav1.GetOptions{})
+	var why string
+	switch {
+	case apierrors.IsNotFound(err):
+		why = "no Lease " + schedulerLeaseNamespace + "/" + schedulerLeaseName + " exists"
+	case err != nil:
+		return "", nil // not this user's to read: say nothing
+	default:
+		renewed := lease.Spec.RenewTime
+		duration := time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 15)) * time.Second
+		if lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" && renewed != nil && s.now.Sub(renewed.Time) <= duration {
+			return "", nil
+		}
+		why = "nobody renews the Lease " + schedulerLeaseNamespace + "/" + schedulerLeaseName
+		if renewed != nil {
+			why += fmt.Sprintf(" (last renewed %s ago)", s.now.Sub(renewed.Time).Round(time.Second))
+		}
+	}
+	return fmt.Sprintf("Warning: %d DeviceTaintRule(s) written by drascope-scheduler keep their devices NoSchedule for every scheduler, and %s: no drascope-scheduler leads to end them at their hold time. If drascope-scheduler was uninstalled, delete them: kubectl delete devicetaintrules -l %s=%s",
+		n, why, health.ManagedByLabel, health.ManagedBy), nil
 }

@@ -6,10 +6,14 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/health"
 )
 
 // namespaces is the one namespace, or nil for "".
@@ -69,6 +73,53 @@ func TestStaleResourcePoolsAreNamed(t *testing.T) {
 			}
 			if tc.wantStale && !strings.Contains(note, tc.pool.Name) || tc.wantStale && !strings.Contains(note, "counts 0 allocated of 2, the claims 1 of 2") {
 				t.Errorf("note %q; want it to name %s and both counts", note, tc.pool.Name)
+			}
+		})
+	}
+}
+
+// DeviceTaintRules drascope-scheduler wrote for a listed pool are named
+// when no replica leads to end them (no Lease, or one nobody renews), with
+// the command that deletes them; not while a replica renews the Lease.
+func TestOrphanedTaintRulesAreNamed(t *testing.T) {
+	rule := &resourceapi.DeviceTaintRule{
+		ObjectMeta: metav1.ObjectMeta{Name: "drascope-gpu-0", Labels: map[string]string{health.ManagedByLabel: health.ManagedBy}},
+		Spec: resourceapi.DeviceTaintRuleSpec{
+			DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(testDriver), Pool: ptr.To("node-1"), Device: ptr.To("gpu-0")},
+			Taint:          resourceapi.DeviceTaint{Key: health.TaintKey, Effect: resourceapi.DeviceTaintEffectNoSchedule},
+		},
+	}
+	lease := func(renewed time.Time) *coordinationv1.Lease {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: schedulerLeaseNamespace, Name: schedulerLeaseName},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("replica-a"), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: &metav1.MicroTime{Time: renewed}},
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		objects []runtime.Object
+		pool    string
+		want    string
+	}{
+		{"no Lease", []runtime.Object{rule}, "node-1", "no Lease kube-system/drascope-scheduler exists"},
+		{"a Lease nobody renews", []runtime.Object{rule, lease(now.Add(-time.Hour))}, "node-1", "nobody renews the Lease kube-system/drascope-scheduler (last renewed 1h0m0s ago)"},
+		{"a leader", []runtime.Object{rule, lease(now.Add(-5 * time.Second))}, "node-1", ""},
+		{"a rule of another pool", []runtime.Object{rule}, "node-2", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(append(tc.objects, testSlice("node-1", "gpu-0"), testSlice("node-2", "gpu-0")))
+			note, err := c.source("").orphanedRulesNote(context.Background(), []v1alpha1.ResourcePool{*published(tc.pool, 0)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" {
+				if note != "" {
+					t.Errorf("note %q, want none", note)
+				}
+				return
+			}
+			if !strings.Contains(note, tc.want) || !strings.Contains(note, "kubectl delete devicetaintrules -l app.kubernetes.io/managed-by=drascope-scheduler") {
+				t.Errorf("note %q; want it to say %q and how to delete the rules", note, tc.want)
 			}
 		})
 	}
