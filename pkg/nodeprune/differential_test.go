@@ -39,7 +39,13 @@ type outcome struct {
 func check(t *testing.T, seed uint64, o *outcome) {
 	t.Helper()
 	c := dracases.New(seed)
-	names, all := nodeprune.Candidates(c.Claims, dracases.Classes.Get, nodeprune.View{Slices: c.Slices, InUse: c.InUse, Withheld: c.Withheld}, c.Nodes)
+	// The device IDs cached as the plugin caches them: the second pass
+	// reads them from the first's cache and must answer the same.
+	view := nodeprune.View{Slices: c.Slices, InUse: c.InUse, Withheld: c.Withheld, IDs: &nodeprune.DeviceIDs{}}
+	names, all := nodeprune.Candidates(c.Claims, dracases.Classes.Get, view, c.Nodes)
+	if again, allAgain := nodeprune.Candidates(c.Claims, dracases.Classes.Get, view, c.Nodes); allAgain != all || !again.Equal(names) {
+		t.Fatalf("seed %d: with cached device IDs the candidates are %v (all %v), first %v (all %v)", seed, sets.List(again), allAgain, sets.List(names), all)
+	}
 	o.cases++
 	if !all {
 		o.pruned++

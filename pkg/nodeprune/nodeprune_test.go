@@ -1,6 +1,7 @@
 package nodeprune_test
 
 import (
+	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -96,5 +97,22 @@ func TestCandidates(t *testing.T) {
 				t.Errorf("candidates %v, want %v", sets.List(names), tc.want)
 			}
 		})
+	}
+}
+
+// The cache of device IDs keeps the slices in use and drops those no
+// longer passed once they outnumber them: a cluster whose slices are
+// replaced does not grow it.
+func TestDeviceIDsDropSlicesNoLongerPassed(t *testing.T) {
+	ids := &nodeprune.DeviceIDs{}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	claims := []*resourceapi.ResourceClaim{claimOf("gpu")}
+	for generation := range 100 {
+		slice := nodeLocal("node-1", gpuDriver)
+		slice.Spec.Devices = []resourceapi.Device{{Name: fmt.Sprintf("gpu-%d", generation)}}
+		nodeprune.Candidates(claims, testClasses.Get, nodeprune.View{Slices: []*resourceapi.ResourceSlice{slice}, IDs: ids}, []*v1.Node{node})
+	}
+	if n := ids.Len(); n > 20 {
+		t.Errorf("%d slices cached after 100 updates of one slice, want a handful", n)
 	}
 }

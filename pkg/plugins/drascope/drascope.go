@@ -29,6 +29,7 @@ import (
 	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/dryrun"
 	"github.com/drascope/drascope/pkg/health"
+	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/poolcache"
 )
 
@@ -52,7 +53,9 @@ type DRAScope struct {
 	scoring config.ScoringStrategy
 	claims  fwk.ResourceClaimTracker
 	// manager is the decorated DRA manager upstream's plugin uses.
-	manager     *draManager
+	manager *draManager
+	// deviceIDs caches the slices' device IDs for node pruning.
+	deviceIDs   nodeprune.DeviceIDs
 	namespaces  corelisters.NamespaceLister
 	pods        corelisters.PodLister
 	activator   fwk.PodActivator

@@ -36,7 +36,7 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 		}
 	}
 	classes := func(name string) (*resourceapi.DeviceClass, error) { return pl.manager.DeviceClasses().Get(name) }
-	candidates, all := nodeprune.Candidates(claims.toAllocate, classes, nodeprune.View{Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld}, byName)
+	candidates, all := nodeprune.Candidates(claims.toAllocate, classes, nodeprune.View{Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld, IDs: &pl.deviceIDs}, byName)
 	if all {
 		return nil, nil
 	}
