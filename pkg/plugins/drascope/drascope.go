@@ -54,12 +54,14 @@ type DRAScope struct {
 	claims  fwk.ResourceClaimTracker
 	// manager is the decorated DRA manager upstream's plugin uses.
 	manager *draManager
-	// deviceIDs caches the slices' device IDs for node pruning.
-	deviceIDs   nodeprune.DeviceIDs
-	namespaces  corelisters.NamespaceLister
-	pods        corelisters.PodLister
-	activator   fwk.PodActivator
-	profileName string
+	// deviceIDs caches the slices' device IDs for node pruning, and
+	// claimHolders the nodes' lowest priority of pods holding claims.
+	deviceIDs    nodeprune.DeviceIDs
+	claimHolders claimHolders
+	namespaces   corelisters.NamespaceLister
+	pods         corelisters.PodLister
+	activator    fwk.PodActivator
+	profileName  string
 
 	// pools is the scheduler's side cache.
 	pools *poolcache.Cache

@@ -2,6 +2,7 @@ package drascope
 
 import (
 	"context"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -41,7 +42,7 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 		return nil, nil
 	}
 	if mayPreempt(pod) {
-		keepPreemptible(candidates, pod, nodes)
+		pl.claimHolders.keepPreemptible(candidates, pod, nodes)
 	}
 	if candidates.Len() == len(byName) {
 		return nil, nil
@@ -112,23 +113,63 @@ func mayPreempt(pod *v1.Pod) bool {
 	return pod.Spec.PreemptionPolicy == nil || *pod.Spec.PreemptionPolicy != v1.PreemptNever
 }
 
+// claimHolders remembers, per node, the lowest priority of the pods there
+// that hold claims, with the NodeInfo generation it was read at. A
+// NodeInfo's generation changes whenever its pods do, so a node that did
+// not change costs one map lookup per cycle instead of a pass over its
+// pods (50-100 on production nodes). Safe for concurrent use.
+type claimHolders struct {
+	mu     sync.Mutex
+	byNode map[string]lowestHolder
+}
+
+type lowestHolder struct {
+	generation int64
+	// priority is the lowest priority of a pod holding claims, if any.
+	priority int32
+	any      bool
+}
+
 // keepPreemptible adds the nodes where a pod of lower priority than pod
 // holds claims: preempting it may free devices there.
-func keepPreemptible(candidates sets.Set[string], pod *v1.Pod, nodes []fwk.NodeInfo) {
+func (c *claimHolders) keepPreemptible(candidates sets.Set[string], pod *v1.Pod, nodes []fwk.NodeInfo) {
 	priority := corev1helpers.PodPriority(pod)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byNode == nil || len(c.byNode) > 2*len(nodes)+16 {
+		// First use, or nodes went away: start over.
+		c.byNode = make(map[string]lowestHolder, len(nodes))
+	}
 	for _, n := range nodes {
 		node := n.Node()
 		if node == nil || candidates.Has(node.Name) {
 			continue
 		}
-		for _, p := range n.GetPods() {
-			other := p.GetPod()
-			if len(other.Spec.ResourceClaims) > 0 && corev1helpers.PodPriority(other) < priority {
-				candidates.Insert(node.Name)
-				break
-			}
+		h, ok := c.byNode[node.Name]
+		if !ok || h.generation != n.GetGeneration() {
+			h = lowestHolderOn(n)
+			c.byNode[node.Name] = h
+		}
+		if h.any && h.priority < priority {
+			candidates.Insert(node.Name)
 		}
 	}
+}
+
+// lowestHolderOn reads the lowest priority of the node's pods that hold
+// claims.
+func lowestHolderOn(n fwk.NodeInfo) lowestHolder {
+	h := lowestHolder{generation: n.GetGeneration()}
+	for _, p := range n.GetPods() {
+		other := p.GetPod()
+		if len(other.Spec.ResourceClaims) == 0 {
+			continue
+		}
+		if prio := corev1helpers.PodPriority(other); !h.any || prio < h.priority {
+			h.priority, h.any = prio, true
+		}
+	}
+	return h
 }
 
 // requestsExtendedResources reports whether a container of the pod asks for

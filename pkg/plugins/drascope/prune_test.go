@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -55,7 +56,7 @@ func TestPruningKeepsNodesWithLowerPriorityClaims(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			candidates := sets.New("free")
 			if mayPreempt(tc.pod) {
-				keepPreemptible(candidates, tc.pod, nodes)
+				(&claimHolders{}).keepPreemptible(candidates, tc.pod, nodes)
 			}
 			if !candidates.Equal(sets.New(tc.want...)) {
 				t.Errorf("candidates %v, want %v", sets.List(candidates), tc.want)
@@ -124,5 +125,42 @@ func TestPruningOnlyForClaimsUpstreamAllocates(t *testing.T) {
 				t.Errorf("claimsUnchanged = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// newKeepPreemptible is keepPreemptible as the plugin runs it, across
+// cycles.
+func newKeepPreemptible() func(sets.Set[string], *v1.Pod, []fwk.NodeInfo) {
+	return (&claimHolders{}).keepPreemptible
+}
+
+// The nodes' lowest claim-holder priorities are remembered across cycles,
+// and read again when a node's pods change: a holder of lower priority
+// that arrives on a node makes it kept from then on, and one that leaves
+// makes it pruned again.
+func TestClaimHoldersFollowTheNodesPods(t *testing.T) {
+	holders := &claimHolders{}
+	urgent := podWith("urgent", 100, true)
+	peer := framework.NewNodeInfo(podWith("inference", 100, true))
+	peer.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "peer"}})
+	kept := func() bool {
+		candidates := sets.New[string]()
+		holders.keepPreemptible(candidates, urgent, []fwk.NodeInfo{peer})
+		return candidates.Has("peer")
+	}
+	if kept() {
+		t.Fatal("a node of peers only was kept")
+	}
+	training := podWith("training", 0, true)
+	training.UID = "uid-training"
+	peer.AddPod(training)
+	if !kept() {
+		t.Fatal("a node where a lower-priority holder arrived was not kept")
+	}
+	if err := peer.RemovePod(klog.Background(), training); err != nil {
+		t.Fatal(err)
+	}
+	if kept() {
+		t.Error("a node whose lower-priority holder left was still kept")
 	}
 }
