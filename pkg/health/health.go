@@ -352,8 +352,13 @@ func (c *Cache) nameHolderLocked(d Device, e *entry) bool {
 }
 
 // runningLocked reports whether a pod is known to run: its holding is
-// remembered, and it neither finished nor left the informer.
+// remembered, and it neither finished nor left the informer; or it is a
+// reporter restored from persisted state that no pod event has confirmed
+// yet (after a restart, its own events may come after another holder's).
 func (c *Cache) runningLocked(uid types.UID) bool {
+	if _, restored := c.restored[uid]; restored {
+		return true
+	}
 	h := c.holdings[uid]
 	return h != nil && !h.finished && h.left.IsZero()
 }

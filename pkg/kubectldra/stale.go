@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -115,7 +114,9 @@ const (
 // so after an uninstall (or while drascope is scaled to zero) they keep
 // their devices NoSchedule for every scheduler. Only rules that select a
 // device of the listed pools count. It is "" when there are none, a
-// replica holds the Lease, or the user may not read it.
+// replica renews the Lease, there is no Lease (a single replica without
+// leader election makes none; an uninstall leaves it behind), or the user
+// may not read it.
 func (s *poolSource) orphanedRulesNote(ctx context.Context, pools []v1alpha1.ResourcePool) (string, error) {
 	if len(pools) == 0 {
 		return "", nil
@@ -141,10 +142,8 @@ func (s *poolSource) orphanedRulesNote(ctx context.Context, pools []v1alpha1.Res
 	lease, err := s.client.CoordinationV1().Leases(schedulerLeaseNamespace).Get(ctx, schedulerLeaseName, metav1.GetOptions{})
 	var why string
 	switch {
-	case apierrors.IsNotFound(err):
-		why = "no Lease " + schedulerLeaseNamespace + "/" + schedulerLeaseName + " exists"
 	case err != nil:
-		return "", nil // not this user's to read: say nothing
+		return "", nil // none, or not this user's to read: say nothing
 	default:
 		renewed := lease.Spec.RenewTime
 		duration := time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 15)) * time.Second

@@ -79,8 +79,9 @@ func TestStaleResourcePoolsAreNamed(t *testing.T) {
 }
 
 // DeviceTaintRules drascope-scheduler wrote for a listed pool are named
-// when no replica leads to end them (no Lease, or one nobody renews), with
-// the command that deletes them; not while a replica renews the Lease.
+// when no replica leads to end them (a Lease nobody renews), with the
+// command that deletes them; not while a replica renews the Lease, nor
+// without a Lease (a single replica without leader election).
 func TestOrphanedTaintRulesAreNamed(t *testing.T) {
 	rule := &resourceapi.DeviceTaintRule{
 		ObjectMeta: metav1.ObjectMeta{Name: "drascope-gpu-0", Labels: map[string]string{health.ManagedByLabel: health.ManagedBy}},
@@ -101,7 +102,7 @@ func TestOrphanedTaintRulesAreNamed(t *testing.T) {
 		pool    string
 		want    string
 	}{
-		{"no Lease", []runtime.Object{rule}, "node-1", "no Lease kube-system/drascope-scheduler exists"},
+		{"no Lease: leader election off, or never started", []runtime.Object{rule}, "node-1", ""},
 		{"a Lease nobody renews", []runtime.Object{rule, lease(now.Add(-time.Hour))}, "node-1", "nobody renews the Lease kube-system/drascope-scheduler (last renewed 1h0m0s ago)"},
 		{"a leader", []runtime.Object{rule, lease(now.Add(-5 * time.Second))}, "node-1", ""},
 		{"a rule of another pool", []runtime.Object{rule}, "node-2", ""},

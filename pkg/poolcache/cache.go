@@ -214,6 +214,10 @@ func (c *Cache) Confirm(id drausage.PoolID, conflicts ...drausage.Conflict) {
 	}
 	refiltered := *snap
 	c.keepConfirmedLocked(&refiltered)
+	// The change this snapshot is the first to show is the confirmation,
+	// now: the publisher's deadline for it starts here, not at the older
+	// change the snapshot it refilters showed.
+	refiltered.ChangedAt = c.clock.Now()
 	c.version++
 	refiltered.Version = c.version
 	c.setSnapshotLocked(id, &refiltered)

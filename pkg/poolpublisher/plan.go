@@ -56,6 +56,9 @@ type poolPlan struct {
 	// new is set while the pool had no object when last asked: its
 	// changes wait for its creation, which is paced apart.
 	new bool
+	// writing is the change a sync has taken up and not finished with,
+	// so that a hung write still shows in oldestUnwritten.
+	writing time.Time
 }
 
 func newPlan(minInterval, maxDelay time.Duration, workers int, budget, creations *rate.Limiter) *plan {
@@ -99,12 +102,18 @@ func (p *plan) unwrittenFrom(st *poolPlan, at time.Time) {
 	}
 }
 
-// oldestUnwritten returns the oldest unwritten change of any pool that
-// has an object.
+// oldestUnwritten returns the oldest change of any pool that has an
+// object that no write has finished showing: unwritten, or taken up by a
+// sync still running.
 func (p *plan) oldestUnwritten() (oldest time.Time, ok bool) {
 	for _, st := range p.pools {
-		if !st.new && !st.since.IsZero() && (!ok || st.since.Before(oldest)) {
-			oldest, ok = st.since, true
+		if st.new {
+			continue
+		}
+		for _, at := range []time.Time{st.since, st.writing} {
+			if !at.IsZero() && (!ok || at.Before(oldest)) {
+				oldest, ok = at, true
+			}
 		}
 	}
 	return oldest, ok
@@ -152,7 +161,7 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
 		return decision{wait: wait}
 	}
 	d := decision{turn: tn, since: st.since, pending: true}
-	st.since = time.Time{}
+	st.writing, st.since = st.since, time.Time{}
 	p.unwritten--
 	return d
 }
@@ -225,14 +234,23 @@ func (p *plan) reserve(st *poolPlan, limiter *rate.Limiter, now, due time.Time) 
 
 // putBack returns a change a sync took up but did not write.
 func (p *plan) putBack(id drausage.PoolID, d decision) {
+	p.finished(id)
 	if d.pending {
 		p.unwrittenFrom(p.pool(id), d.since)
+	}
+}
+
+// finished records that a sync is over, whatever it did.
+func (p *plan) finished(id drausage.PoolID) {
+	if st := p.pools[id]; st != nil {
+		st.writing = time.Time{}
 	}
 }
 
 // wrote records a sync that took up its changes at start and wrote them
 // by end.
 func (p *plan) wrote(id drausage.PoolID, start, end time.Time) {
+	p.finished(id)
 	p.pool(id).lastWrite = start
 	const weight = 5
 	p.latency += (end.Sub(start) - p.latency) / weight
@@ -241,7 +259,7 @@ func (p *plan) wrote(id drausage.PoolID, start, end time.Time) {
 // forget drops a pool whose object is gone and that has nothing unwritten,
 // so that the plan does not grow with pools long deleted.
 func (p *plan) forget(id drausage.PoolID) {
-	if st := p.pools[id]; st != nil && st.since.IsZero() && st.tokenAt.IsZero() {
+	if st := p.pools[id]; st != nil && st.since.IsZero() && st.tokenAt.IsZero() && st.writing.IsZero() {
 		delete(p.pools, id)
 	}
 }

@@ -10,6 +10,7 @@ package poolpublisher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -403,6 +404,15 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	}
 	done, err := p.sync(syncCtx, t, id)
 	end := p.clock.Now()
+	var wait *notYet
+	if errors.As(err, &wait) {
+		// A repair or delete waits for the budget in the queue.
+		p.mu.Lock()
+		t.plan.putBack(id, d)
+		p.mu.Unlock()
+		t.queue.AddAfter(id, wait.delay)
+		return true
+	}
 	if p.opts.Observe != nil {
 		p.opts.Observe(end.Sub(start), err)
 	}
@@ -412,6 +422,12 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 		t.plan.putBack(id, d)
 	case done == written:
 		t.plan.wrote(id, start, end)
+	default:
+		t.plan.finished(id)
+		if existing == nil && !p.source.HasPool(id) {
+			// Gone, and no object: nothing to plan for it.
+			t.plan.forget(id)
+		}
 	}
 	p.mu.Unlock()
 	if done == written && err == nil && d.pending {
@@ -526,10 +542,6 @@ func (p *Publisher) sync(ctx context.Context, t *term, id drausage.PoolID) (outc
 	if snap == nil {
 		switch {
 		case existing == nil:
-			// Gone, and its object too: nothing to plan for it.
-			p.mu.Lock()
-			t.plan.forget(id)
-			p.mu.Unlock()
 			return current, nil
 		case !p.opts.Synced():
 			return later, nil

@@ -2,6 +2,8 @@ package poolpublisher
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,16 +52,35 @@ func withTurn(ctx context.Context, tn turn) context.Context {
 	return context.WithValue(ctx, turnKey{}, tn)
 }
 
-// wait returns when the write may go: at once for an admitted sync,
-// otherwise when a token comes.
+// notYet is the error of a write no turn admitted while the budget has no
+// token: the pool is to be synced again after delay. A worker never waits
+// for the budget: a burst of deletes (nodes scaled down) would hold every
+// worker while other pools' changes reach their deadlines.
+type notYet struct{ delay time.Duration }
+
+func (e *notYet) Error() string {
+	return fmt.Sprintf("ResourcePool write budget (poolStatus.maxWritesPerSecond) spent: next token in %s", e.delay)
+}
+
+// wait says whether the write may go now: at once for an admitted sync,
+// otherwise if a token of the budget is free (notYet when not).
 func (t *throttledWrites) wait(ctx context.Context) error {
 	switch ctx.Value(turnKey{}) {
-	case withinBudget:
-		return ctx.Err()
-	case pastBudget:
+	case withinBudget, pastBudget:
 		return ctx.Err()
 	}
-	return t.limiter.Wait(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := t.limiter.Reserve()
+	if !r.OK() {
+		return &notYet{delay: time.Second}
+	}
+	if delay := r.Delay(); delay > 0 {
+		r.Cancel()
+		return &notYet{delay: delay}
+	}
+	return nil
 }
 
 // done counts a write that went through past the budget.

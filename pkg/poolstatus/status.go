@@ -18,13 +18,14 @@ import (
 	"github.com/drascope/drascope/pkg/drausage"
 )
 
-// MaxDeviceBytes bounds the encoded size (JSON) of a status's device list:
-// well under etcd's default request limit (1.5 MiB) and the apiserver's
-// (3 MiB), with room for the rest of the object. A pool of a thousand
+// MaxDeviceBytes bounds the encoded size (JSON) of a status's device list,
+// with the entries it adds to the object's managedFields: under etcd's
+// default request limit (1.5 MiB), with 256 KiB for the rest of the
+// object. A pool of a thousand
 // Unhealthy or tainted devices with long messages would otherwise make a
 // status the apiserver refuses, retried forever, and its object would
 // freeze.
-const MaxDeviceBytes = 1 << 20
+const MaxDeviceBytes = 5 << 18 // 1.25 MiB
 
 // listedDevices are the devices a status lists: every one that is not
 // Available or was reported Unhealthy, sorted by name, at most
@@ -82,16 +83,31 @@ const deviceOverhead = len(`{"name":"","state":"","reason":"","message":"","heal
 // maxEncodedSize bounds a device's JSON size without encoding it: a byte
 // is escaped to at most six (\u00XX).
 func maxEncodedSize(d v1alpha1.DeviceStatus) int {
-	return deviceOverhead + 6*(len(d.Name)+len(d.State)+len(d.Reason)+len(d.Message)+len(d.Health)+len(d.HealthMessage))
+	return deviceOverhead + 6*(len(d.Name)+len(d.State)+len(d.Reason)+len(d.Message)+len(d.Health)+len(d.HealthMessage)) + managedFieldsSize(d)
 }
 
-// encodedSize is a device's JSON size, and a separator.
+// encodedSize is a device's JSON size, and a separator, and what its entry
+// adds to the object's managedFields: status.devices is a map list, so
+// each device is a field of its own there.
 func encodedSize(d v1alpha1.DeviceStatus) int {
 	data, err := json.Marshal(d)
 	if err != nil {
 		return maxEncodedSize(d)
 	}
-	return len(data) + 1
+	return len(data) + 1 + managedFieldsSize(d)
+}
+
+// managedFieldsSize is a device's entry in managedFields:
+// "k:{\"name\":\"NAME\"}":{".":{},"f:name":{},"f:state":{},...},
+// with a field for each one set.
+func managedFieldsSize(d v1alpha1.DeviceStatus) int {
+	size := len(`"k:{\"name\":\"\"}":{".":{},"f:name":{},"f:state":{}},`) + 2*len(d.Name)
+	for field, value := range map[string]string{"reason": d.Reason, "message": d.Message, "health": d.Health, "healthMessage": d.HealthMessage} {
+		if value != "" {
+			size += len(`"f:":{},`) + len(field)
+		}
+	}
+	return size
 }
 
 // For renders a pool's usage as a ResourcePool status, counted under the

@@ -92,7 +92,7 @@ type ResourcePoolStatus struct {
 	// +listMapKey=name
 	Devices []DeviceStatus `json:"devices,omitempty"`
 	// TruncatedDeviceCount counts the devices left out of Devices, which
-	// holds at most MaxDevices, and at most 1 MiB of them encoded
+	// holds at most MaxDevices, and at most 1.25 MiB of them encoded
 	// (Unhealthy and Unavailable ones first).
 	// +optional
 	TruncatedDeviceCount int32 `json:"truncatedDeviceCount,omitempty"`

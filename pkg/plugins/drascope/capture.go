@@ -15,7 +15,9 @@ import (
 // concurrent modification, and the last answer is used), then lists the
 // slices once (ResourceSlices().ListWithDeviceTaintRules()), and builds
 // structured.NewAllocator from those two. Upstream's other reads of the
-// slices (node-allocatable resources) come in Filter, after take.
+// slices (node-allocatable resources, with DRANodeAllocatableResources)
+// come before that listing in PreFilter, or in Filter after take: the last
+// listing in PreFilter is the allocator's.
 // TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom runs upstream's real
 // PreFilter through the decorator and fails when that pattern changes.
 //
