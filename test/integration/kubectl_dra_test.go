@@ -339,6 +339,44 @@ func TestKubectlDRADescribePoolNamespaceLimited(t *testing.T) {
 	if strings.Contains(out, "theirs") || strings.Contains(out, other) {
 		t.Errorf("another namespace's claim is named:\n%s", out)
 	}
+
+	// Now the user may list claims in the other namespace too, and list
+	// namespaces: both claims are named, whatever namespace -n says.
+	role, err := env.client.RbacV1().ClusterRoles().Get(s.ctx, user, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"list"}})
+	if _, err := env.client.RbacV1().ClusterRoles().Update(s.ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.RbacV1().Roles(other).Create(s.ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "claims-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"list"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.RbacV1().RoleBindings(other).Create(s.ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "claims-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "claims-reader"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.client.RbacV1().RoleBindings(other).Delete(context.Background(), "claims-reader", metav1.DeleteOptions{})
+		_ = env.client.RbacV1().Roles(other).Delete(context.Background(), "claims-reader", metav1.DeleteOptions{})
+	})
+	var both string
+	err = wait.PollUntilContextTimeout(s.ctx, 200*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		// RBAC changes reach the authorizer through its informers.
+		both, _, err = kubectlDRA(t, "describe", "pool", name, "--as", user, "-n", s.namespace)
+		return err == nil && findLine(both, "gpu-1", "Allocated", "Unknown", other+"/theirs") != nil, nil
+	})
+	t.Logf("kubectl dra describe pool %s --as %s -n %s, with claims of %s readable too\n%s", name, user, s.namespace, other, both)
+	if err != nil || findLine(both, "gpu-0", "Allocated", "Unknown", s.namespace+"/mine") == nil {
+		t.Errorf("a user who may list the claims of both namespaces does not see both claims named (%v):\n%s", err, both)
+	}
 }
 
 // A device that allows multiple allocations shows as PartiallyAllocated with
