@@ -158,7 +158,9 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
 	}
 	tn, wait := p.turnFor(st, now, exists)
 	if wait > 0 {
-		return decision{wait: wait}
+		// Asked again at least every quarter of the delay: the deadline
+		// moves earlier when more pools queue up meanwhile.
+		return decision{wait: min(wait, p.maxDelay/4)}
 	}
 	d := decision{turn: tn, since: st.since, pending: true}
 	st.writing, st.since = st.since, time.Time{}
