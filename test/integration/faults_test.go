@@ -128,12 +128,18 @@ func TestAPIServerRestartMidBurst(t *testing.T) {
 		bound, since(killed, ready), r.next, since(ready, r.settled), since(r.settled, r.matched), since(ready, r.matched))
 }
 
-// (d) Both faults at once, as issue 32 found them: the leader is killed
-// mid-burst, kube-apiserver 2s later, down for 3s. The standby takes over
-// and places the rest. Every ResourcePool must equal a recount of the
+// issue32LeaseTiming is the leader election of the report of issue 32.
+const issue32LeaseTiming = "  leaseDuration: 6s\n  renewDeadline: 4s\n  retryPeriod: 1s\n"
+
+// (d) Both faults at once, as issue 32 found them (its lease timing too):
+// the leader is killed mid-burst, kube-apiserver 2s later, down for 3s.
+// The standby takes over and places the rest. Every ResourcePool must equal a recount of the
 // apiserver's slices and claims within maxPublishDelay (10s, the shipped
-// config) of the last placement, and stay equal. Before the fix the pools
-// were right only 20-22s after it.
+// config) of the last placement, and stay equal. The report saw them right
+// only 20-22s after it; here the publisher from before the deadline plan
+// matched within 0.04-3.15s in six runs, so this does not reproduce that
+// report: it holds the publisher to the delay it promises, with both
+// faults at once.
 func TestLeaderFailoverWithAPIServerRestart(t *testing.T) {
 	restartScheduler(t, func() {
 		ctx := context.Background()
@@ -141,9 +147,9 @@ func TestLeaderFailoverWithAPIServerRestart(t *testing.T) {
 		if lease := schedulerLease(ctx); lease != nil {
 			previous = ptr.Deref(lease.Spec.HolderIdentity, "")
 		}
-		a := startReplica(t, "replica-a", leaseTiming)
+		a := startReplica(t, "replica-a", issue32LeaseTiming)
 		leaderA, _ := waitForLeaseHolder(t, previous)
-		b := startReplica(t, "replica-b", leaseTiming)
+		b := startReplica(t, "replica-b", issue32LeaseTiming)
 
 		s := newScenario(t, nil)
 		pools := s.gpuNodes(16, 8)
