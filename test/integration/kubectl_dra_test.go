@@ -380,7 +380,7 @@ func TestKubectlDRADescribePoolNamespaceLimited(t *testing.T) {
 }
 
 // A device that allows multiple allocations shows as PartiallyAllocated with
-// each share's consumed capacity.
+// each share's consumed capacity, and how much of its capacity is used.
 func TestKubectlDRADescribeSharedDevice(t *testing.T) {
 	s := newScenario(t, nil)
 	node := s.addNode("gpus", 0)
@@ -424,7 +424,8 @@ func TestKubectlDRADescribeSharedDevice(t *testing.T) {
 	t.Logf("kubectl dra describe pool %s\n%s", name, out)
 	for _, want := range [][]string{
 		{"Partially", "Allocated:", "1"},
-		{"shared-gpu", "PartiallyAllocated", "Unknown", s.namespace + "/share", s.namespace + "/share", "consumes", "memory=2Gi"},
+		// Each share's consumption, then how much of the device is used.
+		{"shared-gpu", "PartiallyAllocated", "Unknown", s.namespace + "/share", s.namespace + "/share", "consumes", "memory=2Gi;", "capacity", "memory", "2Gi/8Gi", "used"},
 	} {
 		if findLine(out, want...) == nil {
 			t.Errorf("no line starting %q in:\n%s", want, out)
