@@ -17,7 +17,9 @@ import (
 // also check that no pending pod's claim kept an allocation and that every
 // ResourcePool equals a recount of the apiserver's slices and claims. They
 // log the recovery times docs/reliability.md quotes; timing goals are not
-// asserted here (see docs/development.md).
+// asserted here (see docs/development.md), except, in (e), the delay the
+// publisher promises (maxPublishDelay, 10s), which is its behaviour, not a
+// speed.
 
 // leaseTiming is short, so that a takeover takes seconds; the shipped
 // config keeps kube-scheduler's defaults (15s, 10s, 2s).
