@@ -158,9 +158,13 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
 	}
 	tn, wait := p.turnFor(st, now, exists)
 	if wait > 0 {
-		// Asked again at least every quarter of the delay: the deadline
-		// moves earlier when more pools queue up meanwhile.
-		return decision{wait: min(wait, p.maxDelay/4)}
+		if exists {
+			// Asked again at least every quarter of the delay: the
+			// deadline moves earlier when more pools queue up meanwhile.
+			// A new pool has no deadline: it waits for its token.
+			wait = min(wait, p.maxDelay/4)
+		}
+		return decision{wait: wait}
 	}
 	d := decision{turn: tn, since: st.since, pending: true}
 	st.writing, st.since = st.since, time.Time{}
