@@ -13,8 +13,10 @@ import (
 // interning is a hash-map lookup each, and on a full cluster pruning passes
 // every device of every slice. A slice is an immutable object (an update is
 // a new one), so its IDs never change; entries of slices no longer passed
-// are dropped once they outnumber those in use. Safe for concurrent use;
-// the zero value is ready.
+// are dropped once they outnumber those in use. A pass holds the lock from
+// begin to end, so a slice costs a map lookup and no lock of its own;
+// passes (one per scheduling cycle) run one at a time anyway. The zero
+// value is ready.
 type DeviceIDs struct {
 	mu      sync.Mutex
 	bySlice map[*resourceapi.ResourceSlice]*sliceIDs
@@ -28,24 +30,21 @@ type sliceIDs struct {
 	lastCall uint64
 }
 
-// begin starts a pass.
+// begin starts a pass; end must follow.
 func (c *DeviceIDs) begin() {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.calls++
 	c.used = 0
 }
 
-// of returns the IDs of the slice's devices, in order.
+// of returns the IDs of the slice's devices, in order, within a pass.
 func (c *DeviceIDs) of(slice *resourceapi.ResourceSlice) []structured.DeviceID {
 	if c == nil {
 		return makeIDs(slice)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.bySlice == nil {
 		c.bySlice = map[*resourceapi.ResourceSlice]*sliceIDs{}
 	}
@@ -67,7 +66,6 @@ func (c *DeviceIDs) end() {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.bySlice) <= 2*c.used+16 {
 		return

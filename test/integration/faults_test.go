@@ -33,13 +33,7 @@ const leaseTiming = "  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 50
 func TestLeaderFailoverMidBurst(t *testing.T) {
 	restartScheduler(t, func() {
 		ctx := context.Background()
-		previous := ""
-		if lease := schedulerLease(ctx); lease != nil {
-			previous = ptr.Deref(lease.Spec.HolderIdentity, "")
-		}
-		a := startReplica(t, "replica-a", leaseTiming)
-		leaderA, _ := waitForLeaseHolder(t, previous)
-		b := startReplica(t, "replica-b", leaseTiming)
+		a, leaderA, b := leaderAndStandby(t, leaseTiming)
 
 		s := newScenario(t, nil)
 		pools := s.gpuNodes(16, 8)
@@ -135,9 +129,10 @@ const issue32LeaseTiming = "  leaseDuration: 6s\n  renewDeadline: 4s\n  retryPer
 
 // (d) Both faults at once, as issue 32 found them (its lease timing too):
 // the leader is killed mid-burst, kube-apiserver 2s later, down for 3s.
-// The standby takes over and places the rest. Every ResourcePool must equal a recount of the
-// apiserver's slices and claims within maxPublishDelay (10s, the shipped
-// config) of the last placement, and stay equal. The report saw them right
+// The standby takes over and places the rest. Every ResourcePool must
+// equal a recount of the apiserver's slices and claims within
+// maxPublishDelay (10s, the shipped config) of the last placement, and
+// stay equal. The report saw them right
 // only 20-22s after it; here the publisher from before the deadline plan
 // matched within 0.04-3.15s in six runs, so this does not reproduce that
 // report: it holds the publisher to the delay it promises, with both
@@ -145,13 +140,7 @@ const issue32LeaseTiming = "  leaseDuration: 6s\n  renewDeadline: 4s\n  retryPer
 func TestLeaderFailoverWithAPIServerRestart(t *testing.T) {
 	restartScheduler(t, func() {
 		ctx := context.Background()
-		previous := ""
-		if lease := schedulerLease(ctx); lease != nil {
-			previous = ptr.Deref(lease.Spec.HolderIdentity, "")
-		}
-		a := startReplica(t, "replica-a", issue32LeaseTiming)
-		leaderA, _ := waitForLeaseHolder(t, previous)
-		b := startReplica(t, "replica-b", issue32LeaseTiming)
+		a, leaderA, b := leaderAndStandby(t, issue32LeaseTiming)
 
 		s := newScenario(t, nil)
 		pools := s.gpuNodes(16, 8)

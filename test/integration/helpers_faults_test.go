@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/poolstatus"
@@ -188,6 +189,21 @@ func startReplica(t *testing.T, name string, lease string) *schedulerBinary {
 	}
 	b, _ := runSchedulerBinary(t, name, config)
 	return b
+}
+
+// leaderAndStandby starts replica-a, waits until it holds the scheduler
+// Lease, then starts replica-b as its standby; both with the given
+// leader-election timing.
+func leaderAndStandby(t *testing.T, lease string) (a *schedulerBinary, leaderA string, b *schedulerBinary) {
+	t.Helper()
+	previous := ""
+	if l := schedulerLease(context.Background()); l != nil {
+		previous = ptr.Deref(l.Spec.HolderIdentity, "")
+	}
+	a = startReplica(t, "replica-a", lease)
+	leaderA, _ = waitForLeaseHolder(t, previous)
+	b = startReplica(t, "replica-b", lease)
+	return a, leaderA, b
 }
 
 // schedulerLease returns the scheduler's leader-election Lease, or nil.
