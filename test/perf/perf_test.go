@@ -164,11 +164,21 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 		if before.publishDelay, err = histogramBuckets(publishDelayMetric); err != nil {
 			return err
 		}
+		if before.firstPublishDelay, err = histogramBuckets(firstPublishDelayMetric); err != nil {
+			return err
+		}
 		if before.dueWrites, err = counterSum(dueWritesMetric); err != nil {
 			return err
 		}
+		// The workloads that compare publishing on and off count the
+		// writes their measured window paid for.
+		if ns := measuredNamespace(u.raw); ns != "" && u.publishing {
+			ctx, cancel := context.WithCancel(tCtx)
+			tCtx.Cleanup(cancel)
+			before.window = watchWriteWindow(ctx, tCtx.Client(), ns)
+		}
 		// Runs before scheduler_perf's own cleanup, which resets the metrics
-		// and stops the apiserver.
+		// and stops the apiserver; and before the window's watch stops.
 		tCtx.Cleanup(func() { checkRun(tCtx, v, &entry, before) })
 		return nil
 	}), perf.WithNodeUpdateFn(fillClaims))
@@ -198,11 +208,18 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 // ResourcePools and never hand out a device kubelet reported Unhealthy;
 // upstream publishes nothing.
 func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, before metricsBefore) {
-	writes, err := counterSum("drascope_resourcepool_writes_total")
+	writes, err := counterSum(writesMetric)
 	if err != nil {
 		tCtx.Errorf("reading ResourcePool writes: %v", err)
 	}
 	entry.ResourcePoolWrites = int(writes)
+	if before.window != nil {
+		inWindow, length := before.window.writes()
+		entry.WindowWrites, entry.WindowSeconds = inWindow, length.Seconds()
+		if length == 0 {
+			tCtx.Errorf("the harness saw no measured pod bound: the window's writes are not counted")
+		}
+	}
 	unhealthy, err := unhealthyDevicesHandedOut(tCtx, tCtx.Client())
 	if err != nil {
 		tCtx.Errorf("counting Unhealthy devices handed out: %v", err)
@@ -248,7 +265,7 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 		tCtx.Errorf("ResourcePools do not match the allocated claims: %v", err)
 	}
 	entry.CatchUpSeconds = time.Since(catchUp).Seconds()
-	writes, _ = counterSum("drascope_resourcepool_writes_total")
+	writes, _ = counterSum(writesMetric)
 	entry.ResourcePoolWrites = int(writes)
 	dueWrites, err := counterSum(dueWritesMetric)
 	if err != nil {
@@ -260,6 +277,11 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 		tCtx.Errorf("reading the ResourcePool publish delay: %v", err)
 	}
 	entry.PublishDelays, entry.PublishDelayP95 = quantileBound(buckets.since(before.publishDelay), 0.95)
+	first, err := histogramBuckets(firstPublishDelayMetric)
+	if err != nil {
+		tCtx.Errorf("reading the ResourcePool first publication delay: %v", err)
+	}
+	entry.FirstPublications, entry.FirstPublishDelayP95 = quantileBound(first.since(before.firstPublishDelay), 0.95)
 }
 
 // bigPods counts the pods of namespace "big" (the Fragmentation test
@@ -315,13 +337,19 @@ func countUrgentPods(ctx context.Context, client kubernetes.Interface, entry *re
 // metricsBefore are the process-wide metrics a run counts from.
 type metricsBefore struct {
 	victims      float64
-	publishDelay buckets
-	dueWrites    float64
+	publishDelay      buckets
+	firstPublishDelay buckets
+	dueWrites         float64
+	// window counts the writes inside the measured window; nil when the
+	// workload names no measured namespace.
+	window *writeWindow
 }
 
 const (
-	publishDelayMetric = "drascope_resourcepool_publish_delay_seconds"
+	publishDelayMetric      = "drascope_resourcepool_publish_delay_seconds"
+	firstPublishDelayMetric = "drascope_resourcepool_first_publish_delay_seconds"
 	dueWritesMetric    = "drascope_resourcepool_due_writes_total"
+	writesMetric       = "drascope_resourcepool_writes_total"
 	// cpuProfileSuffix ends the names of the CPU profiles scheduler_perf
 	// writes with -perf-cpuprofile.
 	cpuProfileSuffix = "-cpu.prof"

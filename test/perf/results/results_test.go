@@ -84,7 +84,7 @@ func TestLoadAndCompare(t *testing.T) {
 		"| T/a | 40.0 (41/45) | 39.0 (41/45) | 0.975 | upstream |",
 		"| T/b | 40.0 (41/45) | 50.0 (41/45) | 1.250 | drascope |",
 		"| T/a | 1.250/8.000; 1.250/8.000 | 2.500/12.000; 2.500/12.000 | 1.500/4.000; 1.500/4.000 | –/–; –/– | 180; 180 | 0; 0 |",
-		"| T/a | –; – | –; – | 0.200/0.900 | 7 (0) | – | 0.0 |",
+		"| T/a | –; – | –; – | 0.200/0.900 | 7 (0; –) | – | 0.0 |",
 	)
 }
 
@@ -140,7 +140,7 @@ func TestComparePairs(t *testing.T) {
 	tableHas(t, rows,
 		"| T/a | 40.0 (41/45) | 40.0 (41/45) | 1.000 (3 pairs: 0.800–1.200) | upstream |",
 		"| T/a | 1.250/8.000; 1.250/8.000 | 2.500/12.000; 2.500/12.000 | 1.500/4.000; 1.500/4.000 | –/–; –/– | 180; 180 |",
-		"| T/a | –; – | –; – | 0.200/0.900 | 3 (0) |",
+		"| T/a | –; – | –; – | 0.200/0.900 | 3 (0; –) |",
 	)
 }
 
@@ -186,7 +186,7 @@ func TestPreQueueingHintsRowsAndCost(t *testing.T) {
 	}
 	tableHas(t, rows,
 		"| T/a (SchedulerPreQueueingHints) | 100.0 (41/45) | 80.0 (41/45) | 0.800 | drascope |",
-		"| T/a | 5.00; – | 7.50; – | 0.200/0.900 | 90 (60) | ≤ 4.096 s (80) | 2.0 |",
+		"| T/a | 5.00; – | 7.50; – | 0.200/0.900 | 90 (60; –) | ≤ 4.096 s (80) | 2.0 |",
 	)
 }
 
@@ -269,7 +269,8 @@ func TestWriteFragmentation(t *testing.T) {
 // of the workloads that ran both, and nothing else.
 func TestWritePublishing(t *testing.T) {
 	run := func(workload, variant string, writes int) Run {
-		return Run{IndexEntry: IndexEntry{TestCase: "T", Workload: workload, Variant: variant, ResourcePoolWrites: writes, DueWrites: writes / 2, PublishDelays: writes, PublishDelayP95: 8.192},
+		return Run{IndexEntry: IndexEntry{TestCase: "T", Workload: workload, Variant: variant, ResourcePoolWrites: writes, DueWrites: writes / 2,
+			WindowWrites: writes / 4, WindowSeconds: 10.04, PublishDelays: writes, PublishDelayP95: 8.192, FirstPublications: writes / 10, FirstPublishDelayP95: -2097.152},
 			Throughput: Quantiles{Average: 30, P50: 31, P90: 40}}
 	}
 	runs := []Run{run("a", DRAScopeNoPublish, 0), run("a", Upstream, 0), run("a", DRAScope, 100), run("b", DRAScope, 50)}
@@ -279,8 +280,8 @@ func TestWritePublishing(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	want := []string{
-		"| T/a | 1 | drascope | 30.0 (31/40) | 100 (50) | ≤ 8.192 s (100) |",
-		"| T/a | 1 | drascope-nopublish | 30.0 (31/40) | 0 (0) | – |",
+		"| T/a | 1 | drascope | 30.0 (31/40) | 100 (50; 25 in 10.0 s) | ≤ 8.192 s (100) | > 2097.152 s (10) |",
+		"| T/a | 1 | drascope-nopublish | 30.0 (31/40) | 0 (0; 0 in 10.0 s) | – | – |",
 	}
 	if len(lines) != 2+len(want) {
 		t.Fatalf("table:\n%s", b.String())
