@@ -336,7 +336,7 @@ func countUrgentPods(ctx context.Context, client kubernetes.Interface, entry *re
 
 // metricsBefore are the process-wide metrics a run counts from.
 type metricsBefore struct {
-	victims      float64
+	victims           float64
 	publishDelay      buckets
 	firstPublishDelay buckets
 	dueWrites         float64
@@ -348,8 +348,8 @@ type metricsBefore struct {
 const (
 	publishDelayMetric      = "drascope_resourcepool_publish_delay_seconds"
 	firstPublishDelayMetric = "drascope_resourcepool_first_publish_delay_seconds"
-	dueWritesMetric    = "drascope_resourcepool_due_writes_total"
-	writesMetric       = "drascope_resourcepool_writes_total"
+	dueWritesMetric         = "drascope_resourcepool_due_writes_total"
+	writesMetric            = "drascope_resourcepool_writes_total"
 	// cpuProfileSuffix ends the names of the CPU profiles scheduler_perf
 	// writes with -perf-cpuprofile.
 	cpuProfileSuffix = "-cpu.prof"
