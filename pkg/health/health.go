@@ -6,10 +6,10 @@
 //
 // A report counts only when it comes from a pod that holds the device: one
 // of the pod's claims, reserved for the pod, has it in its allocation (see
-// pods.go). A device is Unhealthy while some existing pod's current status
-// reports it Unhealthy, running or finished; when the last such pod is
-// deleted or reports otherwise, the hold time starts, and at its end the
-// device is Unknown. A new Healthy report from a holder ends at once its own
+// pods.go). A device is Unhealthy while some running pod's current status
+// reports it Unhealthy; when the last such pod finishes, is deleted or
+// reports otherwise, the hold time starts (for a finished pod, at its
+// finish), and at its end the device is Unknown. A new Healthy report from a holder ends at once its own
 // Unhealthy report and those of holders that no longer run, never that of
 // another running holder.
 // Reports outlive their pods by the hold time: the pod that found a broken
@@ -95,7 +95,7 @@ func (r Report) detail(reporter string) string {
 		detail += ": " + truncate(r.Message, maxMessage)
 	}
 	if !r.HeldUntil.IsZero() {
-		detail += fmt.Sprintf(" (no pod reports it now; held until %s)", r.HeldUntil.UTC().Format(time.RFC3339))
+		detail += fmt.Sprintf(" (held until %s)", r.HeldUntil.UTC().Format(time.RFC3339))
 	}
 	return detail
 }
@@ -166,7 +166,7 @@ type podReports struct {
 	name, node string
 	reports    map[Device]report
 	// left is when the pod left the scheduler's informer without being
-	// seen finished (PodLeft); its Unhealthy reports hold nothing since.
+	// seen finished (podLeft); its Unhealthy reports hold nothing since.
 	left time.Time
 }
 
@@ -296,7 +296,7 @@ func (c *Cache) setReportsLocked(uid types.UID, name, node string, reports map[D
 		old, seen := before[d]
 		if seen && old.same(r) {
 			// Unchanged. It holds the device again only when it comes from
-			// a pod that left the scheduler's informer (PodLeft dropped
+			// a pod that left the scheduler's informer (podLeft dropped
 			// it) and is back as finished, unless a Healthy report ended it.
 			reports[d] = old
 			if !(wasLeft && r.health == v1.ResourceHealthStatusUnhealthy && !old.superseded) {
@@ -316,9 +316,10 @@ func (c *Cache) setReportsLocked(uid types.UID, name, node string, reports map[D
 }
 
 // dropHolderLocked forgets that pod uid reports d Unhealthy; when no pod
-// does any more, the hold time starts. It reports whether what a person
-// reads about the device changed.
-func (c *Cache) dropHolderLocked(d Device, uid types.UID, now time.Time) bool {
+// does any more, the hold time starts at from (now, or when a finished
+// reporter finished). It reports whether what a person reads about the
+// device changed.
+func (c *Cache) dropHolderLocked(d Device, uid types.UID, from time.Time) bool {
 	e, ok := c.devices[d]
 	if !ok || !e.holders.Has(uid) {
 		return false
@@ -328,7 +329,7 @@ func (c *Cache) dropHolderLocked(d Device, uid types.UID, now time.Time) bool {
 		return false
 	}
 	if e.holders.Len() == 0 {
-		e.HeldUntil = now.Add(c.opts.HoldTime)
+		e.HeldUntil = from.Add(c.opts.HoldTime)
 		return true
 	}
 	if e.PodUID != uid {
@@ -438,6 +439,41 @@ func (c *Cache) applyLocked(d Device, r report, isNew bool, uid types.UID, pod, 
 		delete(c.unhealthy, d) // expired, and Run has not got to it yet
 		return changed
 	}
+}
+
+// Clear ends an Unhealthy state that began no later than requestedAt, as
+// an operator asked (kubectl dra health clear): every report holding the
+// device then is superseded, as by a Healthy report of its own reporter,
+// and the device is Unknown. A report made after the request, or a later
+// change of a superseded one, counts again. It reports whether it cleared
+// anything.
+func (c *Cache) Clear(logger klog.Logger, d Device, requestedAt time.Time) bool {
+	now := c.opts.Clock.Now()
+	c.mu.Lock()
+	e, ok := c.devices[d]
+	// The request is written to the second (RFC 3339): a report of the
+	// same second counts as before it.
+	if !ok || effective(e, now).Health != v1.ResourceHealthStatusUnhealthy || e.Since.Truncate(time.Second).After(requestedAt) {
+		c.mu.Unlock()
+		return false
+	}
+	for holder := range e.holders {
+		if p, ok := c.pods[holder]; ok {
+			if old, ok := p.reports[d]; ok {
+				old.superseded = true
+				p.reports[d] = old
+			}
+		}
+		delete(c.restored[holder], d)
+	}
+	e.holders.Clear()
+	e.Health, e.Since, e.HeldUntil, e.Expired = v1.ResourceHealthStatusUnknown, now, time.Time{}, false
+	e.Message = "cleared by an operator"
+	delete(c.unhealthy, d)
+	c.mu.Unlock()
+	logger.Info("Device is no longer held Unhealthy: an operator cleared it", "device", d, "requestedAt", requestedAt)
+	c.changed(logger, []Device{d})
+	return true
 }
 
 // changed logs, wakes Run and tells OnChange.
@@ -577,4 +613,19 @@ func (c *Cache) Len() (devices, pods, holdings int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return len(c.devices), len(c.pods), len(c.holdings)
+}
+
+// Sizes returns how many entries each long-lived map holds, by name, for
+// the churn soak and the state gauge: each must follow what exists, not
+// what ever existed.
+func (c *Cache) Sizes() map[string]int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return map[string]int{
+		"health_devices":   len(c.devices),
+		"health_unhealthy": len(c.unhealthy),
+		"health_pods":      len(c.pods),
+		"health_holdings":  len(c.holdings),
+		"health_restored":  len(c.restored),
+	}
 }

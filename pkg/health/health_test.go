@@ -178,7 +178,7 @@ func TestUnhealthyWhileReportedThenHeld(t *testing.T) {
 		t.Fatalf("gpu-0 three hold times later, still reported: %s, want Unhealthy", got)
 	}
 
-	c.PodLeft(logger, trainer.UID, false)
+	c.podLeft(logger, trainer.UID, false)
 	deleted := clk.Now()
 	r, _ = c.Get(gpu0)
 	if r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.Equal(deleted.Add(hold)) || !strings.Contains(r.Detail(), "held until") {
@@ -248,7 +248,7 @@ func TestHealthyReportEndsItAtOnce(t *testing.T) {
 	}
 	c.ObservePod(logger, final) // a resync of the unchanged failed pod
 	c.ObservePod(logger, monitor)
-	c.PodDeleted(logger, final.UID)
+	c.podDeleted(logger, final.UID)
 	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusHealthy || !r.HeldUntil.IsZero() {
 		t.Errorf("gpu-0 after resyncs and the failed pod's deletion: %+v, want Healthy", r)
 	}
@@ -294,17 +294,18 @@ func TestFailedPodReportCountsAfterItsClaimIsReleased(t *testing.T) {
 			final := w.failed(job, unhealthy(gpu0, "Xid 79"))
 			if terminalFirst {
 				c.ObservePod(logger, final)
-				c.PodLeft(logger, job.UID, true)
+				c.podLeft(logger, job.UID, true)
 			} else {
-				c.PodLeft(logger, job.UID, false)
+				c.podLeft(logger, job.UID, false)
 				c.ObservePod(logger, final)
 			}
-			if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.IsZero() || r.Message != "Xid 79" {
-				t.Fatalf("gpu-0: %+v, want Unhealthy, held while the failed pod exists", r)
+			finished := c.opts.Clock.Now()
+			if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.Equal(finished.Add(hold)) || r.Message != "Xid 79" {
+				t.Fatalf("gpu-0: %+v, want Unhealthy, held for a hold time from the pod's finish", r)
 			}
-			c.PodDeleted(logger, final.UID)
-			if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || r.HeldUntil.IsZero() {
-				t.Errorf("gpu-0 after the failed pod was deleted: %+v, want Unhealthy with its hold time started", r)
+			c.podDeleted(logger, final.UID)
+			if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.Equal(finished.Add(hold)) {
+				t.Errorf("gpu-0 after the failed pod was deleted: %+v, want Unhealthy, its hold unchanged", r)
 			}
 			if _, _, holdings := c.Len(); holdings != 0 {
 				t.Errorf("%d holdings remembered after the pod was deleted, want 0", holdings)
@@ -357,7 +358,7 @@ func TestRunTellsWhenTheHoldTimeEnds(t *testing.T) {
 	c.opts.OnChange = func(d []Device) { told <- d }
 	trainer := w.running("trainer", []Device{gpu0}, unhealthy(gpu0, ""))
 	c.ObservePod(logger, trainer)
-	c.PodLeft(logger, trainer.UID, false)
+	c.podLeft(logger, trainer.UID, false)
 	<-told // the report
 	<-told // the hold time started
 	go c.Run(ctx)
@@ -386,7 +387,7 @@ func TestRestoreFromRules(t *testing.T) {
 	reportedAt := clk.Now().Add(-time.Hour)
 	report := Report{Device: gpu0, Health: v1.ResourceHealthStatusUnhealthy, Pod: "default/job", PodUID: "uid-job", Node: "node-1", Message: "Xid 79", Since: reportedAt}
 	rule := RuleFor(report)
-	if !IsOwnRule(rule) || rule.Spec.Taint.Effect != resourceapi.DeviceTaintEffectNoSchedule || *rule.Spec.DeviceSelector.Device != "gpu-0" {
+	if !isOwnRule(rule) || rule.Spec.Taint.Effect != resourceapi.DeviceTaintEffectNoSchedule || *rule.Spec.DeviceSelector.Device != "gpu-0" {
 		t.Fatalf("RuleFor: %+v", rule)
 	}
 	for key, value := range rule.Annotations {
@@ -396,26 +397,40 @@ func TestRestoreFromRules(t *testing.T) {
 	}
 	report.Pod = "" // what a restarted scheduler can know from the rule
 
-	t.Run("the named pod still reports it", func(t *testing.T) {
+	t.Run("the named pod still runs and reports it", func(t *testing.T) {
 		c, _, w := newTestCache(t)
 		c.Restore(logger, rule)
 		if r, _ := c.Get(gpu0); r != report {
 			t.Fatalf("restored %+v, want %+v", r, report)
 		}
-		job := w.failed(w.running("job", []Device{gpu0}), unhealthy(gpu0, "Xid 79"))
+		job := w.running("job", []Device{gpu0}, unhealthy(gpu0, "Xid 79"))
+		delete(w.claims, "default/claim-job") // released long ago
 		c.ObservePod(logger, job)
 		c.Settle(logger)
 		if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.IsZero() || !r.Since.Equal(reportedAt) {
-			t.Fatalf("after the failed pod was seen: %+v, want Unhealthy since the rule's time, not held", r)
+			t.Fatalf("after the pod was seen: %+v, want Unhealthy since the rule's time, not held", r)
 		}
 		// Seen again (a relist): still believed, though its claim is gone.
 		c.ObservePod(logger, job.DeepCopy())
 		if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.IsZero() {
-			t.Fatalf("after the failed pod was seen again: %+v, want Unhealthy, not held", r)
+			t.Fatalf("after the pod was seen again: %+v, want Unhealthy, not held", r)
 		}
-		c.PodDeleted(logger, job.UID)
+		c.podLeft(logger, job.UID, false)
 		if r, _ := c.Get(gpu0); r.HeldUntil.IsZero() {
-			t.Errorf("after the failed pod was deleted: %+v, want the hold time started", r)
+			t.Errorf("after the pod was deleted: %+v, want the hold time started", r)
+		}
+	})
+	t.Run("the named pod finished long ago", func(t *testing.T) {
+		// A restart does not start a finished pod's hold again: it ended a
+		// hold time after the pod's own finish.
+		c, _, w := newTestCache(t)
+		c.Restore(logger, rule)
+		job := w.failed(w.running("job", []Device{gpu0}), unhealthy(gpu0, "Xid 79"))
+		job.Status.ContainerStatuses[0].State.Terminated = &v1.ContainerStateTerminated{FinishedAt: metav1.NewTime(reportedAt)}
+		c.ObservePod(logger, job)
+		c.Settle(logger)
+		if got := healthOf(c, gpu0); got == v1.ResourceHealthStatusUnhealthy {
+			t.Errorf("an hour after its reporter finished (hold %s): %s, want the hold ended", hold, got)
 		}
 	})
 	t.Run("the named pod reports something else now", func(t *testing.T) {
@@ -487,8 +502,8 @@ func TestSweepForgets(t *testing.T) {
 	b := w.running("b", []Device{gpu1}, unhealthy(gpu1, ""))
 	c.ObservePod(logger, a)
 	c.ObservePod(logger, b)
-	c.PodLeft(logger, a.UID, false)
-	c.PodLeft(logger, b.UID, false)
+	c.podLeft(logger, a.UID, false)
+	c.podLeft(logger, b.UID, false)
 	exists.Delete(gpu0, gpu1)
 	c.sweep(logger)
 	if devices, _, _ := c.Len(); devices != 2 {
@@ -511,23 +526,47 @@ func TestSweepForgets(t *testing.T) {
 	}
 }
 
-// A finished pod that is kept is still believed long after its claims were
-// released, however often its informer relists it.
-func TestKeptFailedPodIsStillBelieved(t *testing.T) {
+// A finished pod that is kept is still believed after its claims were
+// released, however often its informer relists it, but its word lasts a
+// hold time from its finish, not as long as the object: whoever may write
+// that pod's status (a custom role with pods/status, a compromised
+// kubelet) cannot keep a device out of service for good, not even by
+// rewriting the report or the finish time.
+func TestKeptFailedPodsReportEndsAHoldTimeAfterItFinished(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
 	c, clk, w := newTestCache(t)
-	final := w.failedJob(logger, c)
-	c.PodLeft(logger, final.UID, true)
+	job := w.running("job", []Device{gpu0, gpu1})
+	c.ObservePod(logger, job)
+	final := w.failed(job, unhealthy(gpu0, "Xid 79"))
+	// kubelet's own finish time, a minute before the scheduler saw it.
+	finished := clk.Now().Add(-time.Minute)
+	final.Status.ContainerStatuses[0].State.Terminated = &v1.ContainerStateTerminated{FinishedAt: metav1.NewTime(finished)}
+	c.ObservePod(logger, final)
+	c.podLeft(logger, final.UID, true)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.Equal(finished.Add(hold)) {
+		t.Fatalf("gpu-0 reported by the failed pod: %+v, want Unhealthy, held until a hold time after its finish", r)
+	}
 	clk.Step(3 * holdingGrace)
 	c.sweep(logger)
 	relisted := final.DeepCopy()
 	relisted.Labels = map[string]string{"seen": "again"}
 	c.ObservePod(logger, relisted)
-	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || !r.HeldUntil.IsZero() {
-		t.Errorf("gpu-0 after the kept failed pod was relisted: %+v, want Unhealthy, not held", r)
+	if got := healthOf(c, gpu0); got == v1.ResourceHealthStatusUnhealthy {
+		t.Errorf("gpu-0 three grace periods after the pod finished: %s, want its hold ended", got)
 	}
 	if got := w.ignored[IgnoredNotHolder]; got != 0 {
 		t.Errorf("%d reports of the kept failed pod counted as %s", got, IgnoredNotHolder)
+	}
+
+	// The status writer forges a new report and a finish time to come.
+	forged := final.DeepCopy()
+	forged.Status.ContainerStatuses[0].AllocatedResourcesStatus[0].Resources = []v1.ResourceHealth{unhealthy(gpu0, "forged"), unhealthy(gpu1, "forged")}
+	forged.Status.ContainerStatuses[0].State.Terminated.FinishedAt = metav1.NewTime(clk.Now().Add(24 * time.Hour))
+	c.ObservePod(logger, forged)
+	for _, d := range []Device{gpu0, gpu1} {
+		if got := healthOf(c, d); got == v1.ResourceHealthStatusUnhealthy {
+			t.Errorf("%s after the finished pod's status was rewritten: %s, want the hold from its first finish, ended", d, got)
+		}
 	}
 }
 
@@ -552,7 +591,7 @@ func TestUnknownAfterTheHoldTimeIsNotWithheld(t *testing.T) {
 	c, clk, w := newTestCache(t)
 	a := w.running("a", []Device{gpu0}, unhealthy(gpu0, ""))
 	c.ObservePod(logger, a)
-	c.PodLeft(logger, a.UID, false)
+	c.podLeft(logger, a.UID, false)
 	clk.Step(hold)
 	c.ObservePod(logger, w.running("probe", []Device{gpu0}, health(gpu0.String(), v1.ResourceHealthStatusUnknown, "")))
 	if got := unhealthyIDs(c); got.Len() != 0 {
@@ -617,7 +656,7 @@ func TestClaimEventRechecksDistrustedReports(t *testing.T) {
 		t.Fatal("believed before the claim was known")
 	}
 	w.claims["default/claim-quiet"] = claim
-	c.ObserveClaim(logger, claim)
+	c.observeClaim(logger, claim)
 	if got := healthOf(c, gpu0); got != v1.ResourceHealthStatusUnhealthy {
 		t.Errorf("gpu-0 once the claim arrived: %s, want Unhealthy", got)
 	}
@@ -635,7 +674,7 @@ func TestReporterIsRenamedWhenItGoes(t *testing.T) {
 	if r, _ := c.Get(gpu0); r.PodUID != b.UID {
 		t.Fatalf("reporter %s, want the latest, b", r.PodUID)
 	}
-	c.PodLeft(logger, b.UID, false)
+	c.podLeft(logger, b.UID, false)
 	if r, _ := c.Get(gpu0); r.PodUID != a.UID || r.Pod != "default/a" || r.Message != "first" || !r.HeldUntil.IsZero() {
 		t.Errorf("after b left: %+v, want a named, with its message, not held", r)
 	}
@@ -664,20 +703,20 @@ func TestAdoptOnLeading(t *testing.T) {
 // selects: edited to select another device, it is the report of neither.
 func TestEditedRuleIsNotOwn(t *testing.T) {
 	rule := RuleFor(Report{Device: gpu0, Health: v1.ResourceHealthStatusUnhealthy, Since: time.Unix(0, 0)})
-	if !IsOwnRule(rule) {
-		t.Fatal("RuleFor makes a rule IsOwnRule refuses")
+	if !isOwnRule(rule) {
+		t.Fatal("RuleFor makes a rule isOwnRule refuses")
 	}
 	edited := rule.DeepCopy()
 	edited.Spec.DeviceSelector.Device = ptr.To("gpu-1")
-	if IsOwnRule(edited) || !HasOwnLabel(edited) {
-		t.Errorf("a rule edited to select another device: IsOwnRule %v, HasOwnLabel %v; want false, true", IsOwnRule(edited), HasOwnLabel(edited))
+	if isOwnRule(edited) || !HasOwnLabel(edited) {
+		t.Errorf("a rule edited to select another device: isOwnRule %v, HasOwnLabel %v; want false, true", isOwnRule(edited), HasOwnLabel(edited))
 	}
 	if _, ok := DeviceOfRule(edited); ok {
 		t.Error("an edited rule is restored")
 	}
 	rekeyed := rule.DeepCopy()
 	rekeyed.Spec.Taint.Key = "example.com/other"
-	if IsOwnRule(rekeyed) || sameRule(rekeyed, rule) {
+	if isOwnRule(rekeyed) || sameRule(rekeyed, rule) {
 		t.Error("a rule with another taint key counts as drascope's, or as unchanged")
 	}
 	annotated := rule.DeepCopy()
@@ -876,9 +915,66 @@ func TestClaimEventCompletesTheHolding(t *testing.T) {
 	claim := w.claims["default/claim-job"]
 	delete(w.claims, "default/claim-job")
 	c.ObservePod(logger, job) // bound; the claim is not in the informer yet
-	c.ObserveClaim(logger, claim)
+	c.observeClaim(logger, claim)
 	c.ObservePod(logger, w.failed(job, unhealthy(gpu0, "Xid 79")))
 	if got := healthOf(c, gpu0); got != v1.ResourceHealthStatusUnhealthy {
 		t.Errorf("gpu-0: %s, want Unhealthy", got)
+	}
+}
+
+// An operator's clear ends the Unhealthy state as it stood at the request,
+// whoever reported it, and nothing after: a report made later, or a new
+// report of the same pod, holds the device again; a clear requested before
+// the device went Unhealthy clears nothing.
+func TestOperatorClear(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, clk, w := newTestCache(t)
+	trainer := w.running("trainer", []Device{gpu0}, unhealthy(gpu0, "Xid 79"))
+	c.ObservePod(logger, trainer)
+	other := w.running("other", []Device{gpu0}, unhealthy(gpu0, "Xid 48"))
+	c.ObservePod(logger, other)
+
+	if c.Clear(logger, gpu0, clk.Now().Add(-time.Hour)) {
+		t.Error("a clear requested before the device went Unhealthy cleared it")
+	}
+	clk.Step(time.Minute)
+	if !c.Clear(logger, gpu0, clk.Now()) {
+		t.Fatal("Clear of an Unhealthy device cleared nothing")
+	}
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnknown || r.Message != "cleared by an operator" {
+		t.Fatalf("gpu-0 after the clear: %+v, want Unknown, cleared by an operator", r)
+	}
+	if got := unhealthyIDs(c); got.Len() != 0 {
+		t.Errorf("withheld after the clear: %v", got)
+	}
+	// The same statuses again (a resync, the rule's update event): still
+	// cleared.
+	c.ObservePod(logger, trainer.DeepCopy())
+	c.ObservePod(logger, other.DeepCopy())
+	if got := healthOf(c, gpu0); got == v1.ResourceHealthStatusUnhealthy {
+		t.Fatalf("gpu-0 after unchanged statuses were seen again: %s", got)
+	}
+	// A new report after the clear counts.
+	clk.Step(time.Minute)
+	again := trainer.DeepCopy()
+	again.Status.ContainerStatuses[0].AllocatedResourcesStatus[0].Resources = []v1.ResourceHealth{unhealthy(gpu0, "Xid 79 again")}
+	c.ObservePod(logger, again)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || r.Message != "Xid 79 again" {
+		t.Errorf("gpu-0 after a new report: %+v, want Unhealthy", r)
+	}
+	if c.Clear(logger, gpu0, clk.Now().Add(-30*time.Second)) {
+		t.Error("the first clear, seen again, cleared a report made after it")
+	}
+}
+
+// A clear requested in the same second as the report, written to the
+// second as kubectl dra writes it, clears it.
+func TestOperatorClearInTheReportsSecond(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, clk, w := newTestCache(t)
+	clk.SetTime(clk.Now().Add(700 * time.Millisecond))
+	c.ObservePod(logger, w.running("trainer", []Device{gpu0}, unhealthy(gpu0, "Xid 79")))
+	if !c.Clear(logger, gpu0, clk.Now().Truncate(time.Second)) {
+		t.Error("a clear written in the report's second cleared nothing")
 	}
 }

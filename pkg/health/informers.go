@@ -81,7 +81,7 @@ func (c *Cache) AddPodHandlers(logger klog.Logger, pods, terminal cache.SharedIn
 			if pod == nil {
 				return
 			}
-			c.PodLeft(logger, pod.UID, finishedIn(terminal, pod))
+			c.podLeft(logger, pod.UID, finishedIn(terminal, pod))
 		},
 	})
 	if err != nil {
@@ -92,7 +92,7 @@ func (c *Cache) AddPodHandlers(logger klog.Logger, pods, terminal cache.SharedIn
 		UpdateFunc: func(_, obj interface{}) { c.observe(logger, obj) },
 		DeleteFunc: func(obj interface{}) {
 			if pod := podOf(obj); pod != nil {
-				c.PodDeleted(logger, pod.UID)
+				c.podDeleted(logger, pod.UID)
 			}
 		},
 	})
@@ -103,11 +103,11 @@ func (c *Cache) AddPodHandlers(logger klog.Logger, pods, terminal cache.SharedIn
 }
 
 // AddClaimHandlers completes the holdings of pods from the claim
-// informer; see ObserveClaim.
+// informer; see observeClaim.
 func (c *Cache) AddClaimHandlers(logger klog.Logger, claims cache.SharedIndexInformer) error {
 	observe := func(obj interface{}) {
 		if claim, ok := obj.(*resourceapi.ResourceClaim); ok {
-			c.ObserveClaim(logger, claim)
+			c.observeClaim(logger, claim)
 		}
 	}
 	_, err := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -32,7 +32,11 @@ type holding struct {
 	complete bool
 	// finished is set once the pod was seen Failed or Succeeded: a later
 	// event of the scheduler's informer is older than that and ignored.
-	finished bool
+	// finishedAt is when it finished (see finishTime): its Unhealthy
+	// reports hold their devices for a hold time from then, however long
+	// the pod object is kept.
+	finished   bool
+	finishedAt time.Time
 	// left is when the pod left the scheduler's informer and was not (yet)
 	// seen finished; zero otherwise.
 	left time.Time
@@ -113,18 +117,36 @@ func (c *Cache) claimedDevices(pod *v1.Pod) (sets.Set[Device], map[string][]reso
 	return devices, results, complete
 }
 
+// finishTime is when a finished pod's last container ended, as its status
+// says, and now when it says nothing or a time still to come: a status
+// writer can only bring the end of a hold forward, never push it back.
+func finishTime(pod *v1.Pod, now time.Time) time.Time {
+	var last time.Time
+	for _, statuses := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for i := range statuses {
+			if t := statuses[i].State.Terminated; t != nil && t.FinishedAt.After(last) {
+				last = t.FinishedAt.Time
+			}
+		}
+	}
+	if last.IsZero() || last.After(now) {
+		return now
+	}
+	return last
+}
+
 func isRunning(pod *v1.Pod) bool {
 	return pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed
 }
 
-// ObserveClaim adds a claim's devices to the holdings of the pods it is
+// observeClaim adds a claim's devices to the holdings of the pods it is
 // reserved for. A pod's own events look its claims up too, but the claim
 // informer may deliver the allocation after the pod's events (a pod that
 // fails to start goes from bound to Failed at once; at start-up, pods and
 // claims are listed concurrently): the claim event completes what the pod
 // holds, and reports that were not believed for lack of it are looked at
 // again.
-func (c *Cache) ObserveClaim(logger klog.Logger, claim *resourceapi.ResourceClaim) {
+func (c *Cache) observeClaim(logger klog.Logger, claim *resourceapi.ResourceClaim) {
 	if claim.Status.Allocation == nil || len(claim.Status.ReservedFor) == 0 {
 		return
 	}
@@ -192,7 +214,9 @@ func (c *Cache) ObservePod(logger klog.Logger, pod *v1.Pod) {
 	}
 	if h != nil {
 		h.left = time.Time{}
-		h.finished = h.finished || !isRunning(pod)
+		if !h.finished && !isRunning(pod) {
+			h.finished, h.finishedAt = true, finishTime(pod, now)
+		}
 		h.pod = nil
 	}
 	var untrusted []Device
@@ -216,6 +240,16 @@ func (c *Cache) ObservePod(logger klog.Logger, pod *v1.Pod) {
 		// The pod a rule names no longer reports the device Unhealthy.
 		if reports[d].health != v1.ResourceHealthStatusUnhealthy && c.dropHolderLocked(d, pod.UID, now) {
 			changed = append(changed, d)
+		}
+	}
+	if h != nil && h.finished {
+		// A finished pod's word holds for a hold time from its finish, not
+		// for as long as its object is kept: whoever may write that pod's
+		// status must not keep a device out of service for good.
+		for d, r := range reports {
+			if r.health == v1.ResourceHealthStatusUnhealthy && c.dropHolderLocked(d, pod.UID, h.finishedAt) && !slices.Contains(changed, d) {
+				changed = append(changed, d)
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -242,13 +276,13 @@ func (c *Cache) distrust(logger klog.Logger, pod *v1.Pod, devices []Device) {
 	logger.V(5).Info("Ignoring device health reports about devices the pod does not hold", "pod", klog.KObj(pod), "devices", devices)
 }
 
-// PodLeft is told that a pod left the scheduler's informer: deleted, or
+// podLeft is told that a pod left the scheduler's informer: deleted, or
 // finished (then finished is true, and ObservePod sees its final status
 // from the informer of finished pods). A pod that is not known to have
 // finished no longer holds its devices Unhealthy: their hold time starts.
 // What it reported and held is kept for holdingGrace, in case its final
 // status is still on its way; an unchanged report then reads as such.
-func (c *Cache) PodLeft(logger klog.Logger, uid types.UID, finished bool) {
+func (c *Cache) podLeft(logger klog.Logger, uid types.UID, finished bool) {
 	if finished {
 		return
 	}
@@ -271,8 +305,8 @@ func (c *Cache) PodLeft(logger klog.Logger, uid types.UID, finished bool) {
 	c.changed(logger, changed)
 }
 
-// PodDeleted is told that a finished pod was deleted.
-func (c *Cache) PodDeleted(logger klog.Logger, uid types.UID) {
+// podDeleted is told that a finished pod was deleted.
+func (c *Cache) podDeleted(logger klog.Logger, uid types.UID) {
 	now := c.opts.Clock.Now()
 	c.mu.Lock()
 	delete(c.holdings, uid)

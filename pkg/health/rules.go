@@ -42,6 +42,11 @@ const (
 	AnnotationReportedAt = annotationPrefix + "reported-at"
 	AnnotationMessage    = annotationPrefix + "message"
 	AnnotationHeldUntil  = annotationPrefix + "held-until"
+	// AnnotationClearRequested, set by an operator on a rule drascope wrote
+	// (kubectl dra health clear), ends the device's Unhealthy state as it
+	// stood at that time (RFC 3339); drascope then deletes the rule. The
+	// apiserver's audit log records who set it.
+	AnnotationClearRequested = annotationPrefix + "clear-requested-at"
 
 	// maxRuleMessage bounds kubelet's message in a rule annotation.
 	maxRuleMessage = 1024
@@ -66,15 +71,15 @@ func truncateName(s string, n int) string {
 }
 
 // HasOwnLabel reports whether a rule carries drascope's label: drascope
-// manages it, and deletes it unless it is exactly one it writes (IsOwnRule).
+// manages it, and deletes it unless it is exactly one it writes (isOwnRule).
 func HasOwnLabel(rule *resourceapi.DeviceTaintRule) bool {
 	return rule.Labels[ManagedByLabel] == ManagedBy
 }
 
-// IsOwnRule reports whether the rule is one drascope writes: its label, its
+// isOwnRule reports whether the rule is one drascope writes: its label, its
 // taint key, and the name that belongs to the device it selects. A rule
 // edited to select another device is not the persisted report of either.
-func IsOwnRule(rule *resourceapi.DeviceTaintRule) bool {
+func isOwnRule(rule *resourceapi.DeviceTaintRule) bool {
 	if !HasOwnLabel(rule) || rule.Spec.Taint.Key != TaintKey {
 		return false
 	}
@@ -123,14 +128,14 @@ func deviceOfRule(rule *resourceapi.DeviceTaintRule) (Device, bool) {
 
 // DeviceOfRule returns the device a rule drascope wrote selects.
 func DeviceOfRule(rule *resourceapi.DeviceTaintRule) (Device, bool) {
-	if !IsOwnRule(rule) {
+	if !isOwnRule(rule) {
 		return Device{}, false
 	}
 	return deviceOfRule(rule)
 }
 
-// DesiredRule is the rule the device should have now; nil: none.
-func (c *Cache) DesiredRule(d Device) *resourceapi.DeviceTaintRule {
+// desiredRule is the rule the device should have now; nil: none.
+func (c *Cache) desiredRule(d Device) *resourceapi.DeviceTaintRule {
 	r, ok := c.Get(d)
 	if !ok || r.Health != v1.ResourceHealthStatusUnhealthy {
 		return nil
@@ -160,6 +165,10 @@ func (c *Cache) Adopt(logger klog.Logger, rule *resourceapi.DeviceTaintRule) {
 func (c *Cache) takeRule(logger klog.Logger, rule *resourceapi.DeviceTaintRule, atStart bool) {
 	d, ok := DeviceOfRule(rule)
 	if !ok {
+		return
+	}
+	if _, cleared := ClearRequested(rule); cleared {
+		// An operator cleared it; it persists nothing any more.
 		return
 	}
 	now := c.opts.Clock.Now()
@@ -223,4 +232,20 @@ func (c *Cache) Settle(logger klog.Logger) {
 	clear(c.restored)
 	c.mu.Unlock()
 	c.changed(logger, changed)
+}
+
+// ClearRequested returns when an operator asked to clear the rule's device
+// (AnnotationClearRequested); a time that does not parse counts as the
+// rule's creation, so that a hand-written annotation still clears what the
+// rule was written for.
+func ClearRequested(rule *resourceapi.DeviceTaintRule) (time.Time, bool) {
+	value, ok := rule.Annotations[AnnotationClearRequested]
+	if !ok {
+		return time.Time{}, false
+	}
+	at, err := time.Parse(time.RFC3339, value)
+	if err != nil {
+		return rule.CreationTimestamp.Time, true
+	}
+	return at, true
 }

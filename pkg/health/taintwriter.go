@@ -63,9 +63,18 @@ func NewTaintWriter(c *Cache, client kubernetes.Interface, informer cache.Shared
 		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tombstone.Obj
 		}
-		if rule, ok := obj.(*resourceapi.DeviceTaintRule); ok && HasOwnLabel(rule) {
-			w.enqueueRule(rule)
+		rule, ok := obj.(*resourceapi.DeviceTaintRule)
+		if !ok || !HasOwnLabel(rule) {
+			return
 		}
+		// Every replica's cache takes an operator's clear, so that a new
+		// leader does not write the rule back.
+		if at, cleared := ClearRequested(rule); cleared {
+			if d, ok := DeviceOfRule(rule); ok {
+				c.Clear(klog.Background(), d, at)
+			}
+		}
+		w.enqueueRule(rule)
 	}
 	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueueRule,
@@ -183,7 +192,7 @@ func (w *TaintWriter) sync(ctx context.Context, name string) error {
 	}
 	var desired *resourceapi.DeviceTaintRule
 	if known && w.persist {
-		desired = w.cache.DesiredRule(d)
+		desired = w.cache.desiredRule(d)
 	}
 	switch {
 	case desired == nil && actual == nil:

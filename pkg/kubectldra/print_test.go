@@ -133,3 +133,23 @@ func TestDeviceDetailsShowCapacityUse(t *testing.T) {
 		t.Errorf("device details:\n%s\nwant the capacity used and total", out.String())
 	}
 }
+
+func TestParseDevice(t *testing.T) {
+	for arg, want := range map[string]string{
+		"gpu.example.com/node-1/gpu-3":        "gpu.example.com|node-1|gpu-3",
+		"gpu.example.com/rack-1/node-1/gpu-3": "gpu.example.com|rack-1/node-1|gpu-3",
+		"gpu.example.com/gpu-3":               "error",
+		"gpu.example.com/node-1/":             "error",
+		"/node-1/gpu-3":                       "error",
+		"gpu-3":                               "error",
+	} {
+		d, err := parseDevice(arg)
+		got := d.Driver + "|" + d.Pool + "|" + d.Name
+		if err != nil {
+			got = "error"
+		}
+		if got != want {
+			t.Errorf("parseDevice(%q) = %s (%v), want %s", arg, got, err, want)
+		}
+	}
+}

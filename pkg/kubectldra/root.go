@@ -28,6 +28,9 @@ free or unable to take an allocation. It reads the ResourcePool objects that
 drascope-scheduler publishes; without them it computes the same numbers from
 ResourceSlices and ResourceClaims, within what you may read.
 
+"kubectl dra health clear" puts a device drascope-scheduler holds Unhealthy
+back into service, as an operator's audited action.
+
 "kubectl dra webhooks" finds the admission webhooks that sit in the
 scheduler's write path and keeps them out of it with matchConditions.`,
 		SilenceUsage: true,
@@ -35,7 +38,7 @@ scheduler's write path and keeps them out of it with matchConditions.`,
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	configFlags.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newPoolsCommand(configFlags, streams), newDescribeCommand(configFlags, streams), newWebhooksCommand(configFlags, streams))
+	cmd.AddCommand(newPoolsCommand(configFlags, streams), newDescribeCommand(configFlags, streams), newHealthCommand(configFlags, streams), newWebhooksCommand(configFlags, streams))
 	return cmd
 }
 

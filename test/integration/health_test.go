@@ -226,7 +226,60 @@ func TestUnhealthyHoldTime(t *testing.T) {
 		if waited := time.Since(deleted); waited < holdTime {
 			t.Errorf("pod waiting was scheduled %v after the monitor was deleted, before the %v hold time ended", waited, holdTime)
 		}
+
+		// A finished pod's report lasts a hold time from its finish, though
+		// the Failed pod is kept (as Jobs keep them): whoever may write its
+		// status cannot keep the device out of service for good.
+		s.failWithHealth("waiting", health(node, "gpu-0", v1.ResourceHealthStatusUnhealthy, "Xid 79"))
+		failed := time.Now()
+		s.addPod("after-failure", name, fromTemplate("gpu"))
+		if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("after-failure"))).Device; got != "gpu-0" {
+			t.Errorf("the pod after the failure got %s, want gpu-0", got)
+		}
+		if waited := time.Since(failed); waited < holdTime {
+			t.Errorf("pod after-failure was scheduled %v after its predecessor failed reporting gpu-0 Unhealthy, before the %v hold time ended", waited, holdTime)
+		}
+		if pod := s.getPod("waiting"); pod.Status.Phase != v1.PodFailed {
+			t.Errorf("pod waiting is %s, want it kept Failed", pod.Status.Phase)
+		}
 	})
+}
+
+// An operator puts a device back into service before its hold time ends
+// (kubectl dra health clear): the clear is a write to drascope's
+// DeviceTaintRule, which the apiserver audits and RBAC limits; the
+// scheduler sets the reports aside and deletes the rule, and the pod
+// waiting for the device gets it, although the Failed pod that reported it
+// is kept with its status unchanged.
+func TestOperatorClearsADevice(t *testing.T) {
+	s := newScenario(t, nil)
+	node, broken := s.gpuNodeWithPod("job", 1)
+	s.failWithHealth("job", health(node, broken, v1.ResourceHealthStatusUnhealthy, "Xid 79"))
+	rule := s.waitForTaintRule(node, broken, "created from the failed pod's report", ruleExists)
+	s.addPod("next", schedulerName, fromTemplate("gpu"))
+	s.waitForWithheld("next", node, broken, "job", "Xid 79")
+
+	device := driverName + "/" + node + "/" + broken
+	if _, _, err := kubectlDRA(t, "health", "clear", driverName+"/"+node+"/no-such-gpu"); err == nil || !strings.Contains(err.Error(), "has no DeviceTaintRule of drascope's") {
+		t.Errorf("clearing a device without a rule: %v, want an error saying there is no rule", err)
+	}
+	offset := schedulerLogLength(t)
+	out, _, err := kubectlDRA(t, "health", "clear", device, "--wait")
+	if err != nil {
+		t.Fatalf("kubectl dra health clear %s: %v\n%s", device, err, out)
+	}
+	if !strings.Contains(out, "clear requested for "+device) || !strings.Contains(out, "back in service") {
+		t.Errorf("kubectl dra health clear said:\n%s", out)
+	}
+	if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("next"))).Device; got != broken {
+		t.Errorf("the waiting pod got %s, want %s, cleared", got, broken)
+	}
+	if current, err := env.client.ResourceV1().DeviceTaintRules().Get(s.ctx, rule.Name, metav1.GetOptions{}); err == nil {
+		t.Errorf("DeviceTaintRule %s is back after the clear: %v", rule.Name, current.Annotations)
+	}
+	if logs := schedulerLogSince(t, offset); !strings.Contains(logs, "an operator cleared it") || !strings.Contains(logs, broken) {
+		t.Errorf("the scheduler's log does not say an operator cleared %s:\n%s", device, logs)
+	}
 }
 
 // DeviceTaintRules are drascope's only when it wrote them: a rule of the
@@ -347,4 +400,35 @@ func TestDeviceHealthPolicyIgnore(t *testing.T) {
 		}
 		s.waitForTaintRule(node, "gpu-0", "deleted by the scheduler under policy Ignore", ruleGone)
 	})
+}
+
+// One holder cannot clear what another reports: while the trainer's status
+// says its GPU is Unhealthy, a monitoring pod holding the same device
+// (admin access) that writes it Healthy leaves it Unhealthy, withheld and
+// tainted; the trainer's own Healthy report ends it. The monitor's report of
+// the other GPU as Unhealthy, in the same status write, shows when the
+// scheduler has taken it.
+func TestAHolderCannotClearAnotherHoldersReport(t *testing.T) {
+	s := newScenario(t, adminNamespaceLabels)
+	node, broken := s.gpuNodeWithPod("trainer", 2)
+	other := "gpu-0"
+	if broken == other {
+		other = "gpu-1"
+	}
+	pool := poolObjectName(t, node)
+	s.reportHealth("trainer", health(node, broken, v1.ResourceHealthStatusUnhealthy, "Xid 79"))
+	s.waitForTaintRule(node, broken, "created from the trainer's report", ruleExists)
+
+	s.addMonitor("monitor")
+	s.reportHealth("monitor", health(node, broken, v1.ResourceHealthStatusHealthy, ""), health(node, other, v1.ResourceHealthStatusUnhealthy, "fan"))
+	rp := s.waitForResourcePool(pool, other+" Unhealthy from the monitor's report", func(rp *v1alpha1.ResourcePool) bool {
+		return deviceStatus(rp, other).Health == "Unhealthy"
+	})
+	if d := deviceStatus(rp, broken); d.Health != "Unhealthy" || !strings.Contains(d.HealthMessage, "Xid 79") {
+		t.Errorf("%s after another holder reported it Healthy: %+v, want Unhealthy as the trainer reports it", broken, d)
+	}
+	s.waitForTaintRule(node, broken, "kept", ruleExists)
+
+	s.reportHealth("trainer", health(node, broken, v1.ResourceHealthStatusHealthy, ""))
+	s.waitForTaintRule(node, broken, "deleted once the trainer reports it Healthy", ruleGone)
 }

@@ -115,7 +115,7 @@ func (s *scenario) failWithHealth(podName string, resources ...v1.ResourceHealth
 		pod.Status.ContainerStatuses = []v1.ContainerStatus{{
 			Name:                     "app",
 			Image:                    "registry.k8s.io/pause:3.10",
-			State:                    v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "CUDA error: unspecified launch failure"}},
+			State:                    v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "CUDA error: unspecified launch failure", FinishedAt: metav1.Now()}},
 			AllocatedResourcesStatus: []v1.ResourceStatus{{Name: "claim:gpu", Resources: resources}},
 		}}
 		_, err := env.client.CoreV1().Pods(s.namespace).UpdateStatus(s.ctx, pod, metav1.UpdateOptions{})
