@@ -17,6 +17,7 @@ package draruntime
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -85,6 +86,8 @@ type Runtime struct {
 	// holds keep released allocations in use for every profile: the
 	// in-flight allocations they protect are scheduler-wide.
 	holds *releasehold.Holds
+	// publisher writes ResourcePools; nil when publishing is off.
+	publisher *poolpublisher.Publisher
 	// synced reports whether the side cache has every slice and claim
 	// that existed when the informers started.
 	synced func() bool
@@ -219,19 +222,62 @@ func withResolvedDefaults(ctx context.Context, profile string, args *config.DRAS
 }
 
 // start builds the caches, wires them to each other and to the scheduler's
-// informers, and starts their goroutines. The health cache and the side
-// cache need each other: the side cache counts Unhealthy devices as
-// unavailable, and the health cache believes reports only about drivers
-// that publish slices. The runtime's own methods join them, so that
-// neither package knows the other.
+// informers, and starts their goroutines, one part at a time. The health
+// cache and the side cache need each other: the side cache counts
+// Unhealthy devices as unavailable, and the health cache believes reports
+// only about drivers that publish slices. The runtime's own methods join
+// them, so that neither package knows the other. Nothing runs before the
+// scheduler starts the informers, so the parts may be wired in any order.
 func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs) error {
-	logger := klog.FromContext(ctx)
-	factory := h.SharedInformerFactory()
-	r.informers = factory
-	r.healthRestored = make(chan struct{})
+	if args.DeviceHealth.Policy == config.DeviceHealthTaint && !r.taintRules.ok {
+		if !r.taintRules.gateOn {
+			return fmt.Errorf("deviceHealth.policy %s needs the DRADeviceTaintRules feature gate; enable it or choose %s",
+				config.DeviceHealthTaint, config.DeviceHealthAvoid)
+		}
+		return fmt.Errorf("deviceHealth.policy %s needs DeviceTaintRules, but %s; choose %s",
+			config.DeviceHealthTaint, r.taintRules.why, config.DeviceHealthAvoid)
+	}
+	r.informers = h.SharedInformerFactory()
 	r.waiting = newWaitingPods(h)
 	r.holds = &releasehold.Holds{}
 	r.holds.Start(ctx, releasehold.FromAPI(h.ClientSet()))
+	if err := r.startSideCache(ctx, args); err != nil {
+		return err
+	}
+	if err := r.startHealth(ctx, h, args); err != nil {
+		return err
+	}
+	r.startConflictChecks(ctx, h)
+	publisher, err := r.startPublisher(ctx, h, args)
+	if err != nil {
+		return err
+	}
+	r.startMetrics(ctx, publisher)
+	klog.FromContext(ctx).Info("Started the DRAScope runtime", "profile", h.ProfileName(),
+		"publishResourcePools", args.PoolStatus.PublishResourcePools,
+		"minPublishInterval", args.PoolStatus.MinPublishInterval.Duration,
+		"maxWritesPerSecond", args.PoolStatus.MaxWritesPerSecond,
+		"maxPublishDelay", args.PoolStatus.MaxPublishDelay.Duration,
+		"deviceHealthPolicy", args.DeviceHealth.Policy,
+		"unhealthyHoldTime", args.DeviceHealth.UnhealthyHoldTime.Duration)
+	return nil
+}
+
+// whileLeading runs fn in one of the runtime's goroutines once this process
+// leads scheduling; never, when ctx ends first. What only one replica may
+// write (DeviceTaintRules, ResourcePools, conflict reports) runs in it.
+func (r *Runtime) whileLeading(ctx context.Context, fn func()) {
+	r.goroutines.Go(func() {
+		if closedBefore(ctx, r.leadership.Leading()) {
+			fn()
+		}
+	})
+}
+
+// startSideCache builds the side cache of pool usage on the scheduler's
+// informers. It follows DeviceTaintRules exactly when the scheduler's slice
+// tracker does.
+func (r *Runtime) startSideCache(ctx context.Context, args *config.DRAScopeArgs) error {
 	r.pools = poolcache.New(poolcache.Options{
 		Observe: poolmetrics.ObserveRecompute,
 		Usage: drausage.Options{
@@ -240,16 +286,24 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 			HealthTaintKey:    health.TaintKey,
 		},
 	})
-	taintRules := r.taintRules.gateOn
-	if args.DeviceHealth.Policy == config.DeviceHealthTaint && !r.taintRules.ok {
-		if !taintRules {
-			return fmt.Errorf("deviceHealth.policy %s needs the DRADeviceTaintRules feature gate; enable it or choose %s",
-				config.DeviceHealthTaint, config.DeviceHealthAvoid)
-		}
-		return fmt.Errorf("deviceHealth.policy %s needs DeviceTaintRules, but %s; choose %s",
-			config.DeviceHealthTaint, r.taintRules.why, config.DeviceHealthAvoid)
+	synced, err := r.pools.AddInformerHandlers(r.informers, r.taintRules.gateOn)
+	if err != nil {
+		return fmt.Errorf("pool side cache: %w", err)
 	}
-	claims := factory.Resource().V1().ResourceClaims().Lister()
+	r.synced = synced
+	r.goroutines.Go(func() { r.pools.Run(ctx) })
+	return nil
+}
+
+// startHealth builds the device health cache on the scheduler's pod and
+// claim informers and a watch of finished pods, and, where DeviceTaintRules
+// are served, the writer that persists it (policy Taint) or deletes what
+// Taint left (another policy), run by the leader once the cache holds what
+// the rules persist.
+func (r *Runtime) startHealth(ctx context.Context, h Handle, args *config.DRAScopeArgs) error {
+	logger := klog.FromContext(ctx)
+	r.healthRestored = make(chan struct{})
+	claims := r.informers.Resource().V1().ResourceClaims().Lister()
 	var writer *health.TaintWriter
 	r.health = health.New(health.Options{
 		HoldTime: args.DeviceHealth.UnhealthyHoldTime.Duration,
@@ -268,29 +322,22 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		},
 		OnIgnored: healthmetrics.ObserveIgnored,
 	})
-	// Follow DeviceTaintRules exactly when the scheduler's slice tracker does.
-	synced, err := r.pools.AddInformerHandlers(factory, taintRules)
-	if err != nil {
-		return fmt.Errorf("pool side cache: %w", err)
-	}
-	r.synced = synced
-	var rules cache.SharedIndexInformer
-	if taintRules {
-		rules = factory.Resource().V1().DeviceTaintRules().Informer()
-	}
 	// Under another policy the writer only deletes what Taint left.
 	persist := args.DeviceHealth.Policy == config.DeviceHealthTaint
-	if rules != nil {
+	var rules cache.SharedIndexInformer
+	if r.taintRules.gateOn {
+		rules = r.informers.Resource().V1().DeviceTaintRules().Informer()
+		var err error
 		if writer, err = health.NewTaintWriter(r.health, h.ClientSet(), rules, persist); err != nil {
 			return fmt.Errorf("DeviceTaintRules for Unhealthy devices: %w", err)
 		}
 		writer.ObserveWrite = healthmetrics.ObserveRuleWrite
 	}
-	claimInformer := factory.Resource().V1().ResourceClaims().Informer()
+	claimInformer := r.informers.Resource().V1().ResourceClaims().Informer()
 	if err := r.health.AddClaimHandlers(logger, claimInformer); err != nil {
 		return fmt.Errorf("device health: %w", err)
 	}
-	pods := factory.Core().V1().Pods().Informer()
+	pods := r.informers.Core().V1().Pods().Informer()
 	if _, err := pods.AddEventHandler(r.waiting.handlers()); err != nil {
 		return fmt.Errorf("pods waiting for a withheld device: %w", err)
 	}
@@ -304,105 +351,99 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		persisted = rules
 	}
 	r.goroutines.Go(func() { r.followHealth(ctx, persisted, claimInformer, pods, terminal) })
-	if writer != nil {
-		r.goroutines.Go(func() {
-			// Until the cache holds what the rules persist, it would
-			// delete them all.
-			if !closedBefore(ctx, r.leadership.Leading()) || !closedBefore(ctx, r.healthRestored) {
-				return
-			}
-			if persist {
-				// What the previous leader persisted and this process
-				// missed (it may have started after a pod failed, when
-				// the pod's claims were already released).
-				for _, obj := range rules.GetStore().List() {
-					if rule, ok := obj.(*resourceapi.DeviceTaintRule); ok {
-						r.health.Adopt(logger, rule)
-					}
+	r.goroutines.Go(func() { r.health.Run(ctx) })
+	if writer == nil {
+		return nil
+	}
+	r.whileLeading(ctx, func() {
+		// Until the cache holds what the rules persist, it would delete
+		// them all.
+		if !closedBefore(ctx, r.healthRestored) {
+			return
+		}
+		if persist {
+			// What the previous leader persisted and this process missed
+			// (it may have started after a pod failed, when the pod's
+			// claims were already released).
+			for _, obj := range rules.GetStore().List() {
+				if rule, ok := obj.(*resourceapi.DeviceTaintRule); ok {
+					r.health.Adopt(logger, rule)
 				}
 			}
-			writer.Run(ctx)
-		})
-	}
+		}
+		writer.Run(ctx)
+	})
+	return nil
+}
 
+// startConflictChecks makes the leader confirm the conflicts the side cache
+// suspects and report them (metric, event, ResourcePool status), whether or
+// not it publishes ResourcePools.
+func (r *Runtime) startConflictChecks(ctx context.Context, h Handle) {
+	checker := conflictcheck.New(r.pools, conflictcheck.FromAPI(h.ClientSet()), conflictcheck.Options{
+		Report:  conflictEvents(h.EventRecorder(), r.informers),
+		Observe: poolmetrics.ObserveConflictCheck,
+	})
+	r.whileLeading(ctx, func() { checker.Run(ctx) })
+}
+
+// startPublisher makes the leader publish ResourcePools, or, with
+// publishing off, delete those an earlier configuration left. The process
+// leading scheduling publishes: its in-flight view is the authoritative
+// one, a new leader publishes as soon as it schedules, and a standby (which
+// under delayCacheUntilActive has no informers) never does. kube-scheduler
+// exits when it stops leading, so there is one term per process. It returns
+// the publisher, nil when publishing is off.
+func (r *Runtime) startPublisher(ctx context.Context, h Handle, args *config.DRAScopeArgs) (*poolpublisher.Publisher, error) {
+	logger := klog.FromContext(ctx)
 	// The scheduler's client config asks for protobuf, which a custom
 	// resource does not speak.
 	poolConfig := restclient.CopyConfig(h.KubeConfig())
 	poolConfig.ContentType, poolConfig.AcceptContentTypes = "application/json", "application/json"
 	poolClient, err := versioned.NewForConfig(poolConfig)
 	if err != nil {
-		return fmt.Errorf("ResourcePool client: %w", err)
+		return nil, fmt.Errorf("ResourcePool client: %w", err)
 	}
-	var publisher *poolpublisher.Publisher
-	if args.PoolStatus.PublishResourcePools {
-		publisher = poolpublisher.New(r.pools, poolClient, poolpublisher.Options{
-			MinInterval:        args.PoolStatus.MinPublishInterval.Duration,
-			MaxWritesPerSecond: args.PoolStatus.MaxWritesPerSecond,
-			MaxDelay:           args.PoolStatus.MaxPublishDelay.Duration,
-			DeviceHealthPolicy: string(args.DeviceHealth.Policy),
-			Synced:             synced,
-			Observe:            poolmetrics.ObserveSync,
-			ObservePublished:   poolmetrics.ObservePublished,
-			ObserveWrite:       poolmetrics.ObserveWrite,
-			ObserveOverBudget:  poolmetrics.ObserveDueWrite,
-		})
+	if !args.PoolStatus.PublishResourcePools {
+		logger.Info("Not publishing ResourcePool objects: poolStatus.publishResourcePools is false")
+		r.whileLeading(ctx, func() { poolpublisher.Withdraw(ctx, poolClient) })
+		return nil, nil
 	}
-	// The leader confirms the conflicts its cache suspects and reports
-	// them (metric, event, ResourcePool status), whether or not it
-	// publishes ResourcePools.
-	checker := conflictcheck.New(r.pools, conflictcheck.FromAPI(h.ClientSet()), conflictcheck.Options{
-		Report:  conflictEvents(h.EventRecorder(), factory),
-		Observe: poolmetrics.ObserveConflictCheck,
+	publisher := poolpublisher.New(r.pools, poolClient, poolpublisher.Options{
+		MinInterval:        args.PoolStatus.MinPublishInterval.Duration,
+		MaxWritesPerSecond: args.PoolStatus.MaxWritesPerSecond,
+		MaxDelay:           args.PoolStatus.MaxPublishDelay.Duration,
+		DeviceHealthPolicy: string(args.DeviceHealth.Policy),
+		Synced:             r.synced,
+		Observe:            poolmetrics.ObserveSync,
+		ObservePublished:   poolmetrics.ObservePublished,
+		ObserveWrite:       poolmetrics.ObserveWrite,
+		ObserveOverBudget:  poolmetrics.ObserveDueWrite,
 	})
-	r.goroutines.Go(func() {
-		if closedBefore(ctx, r.leadership.Leading()) {
-			checker.Run(ctx)
-		}
+	r.publisher = publisher
+	r.whileLeading(ctx, func() {
+		logger.Info("Publishing ResourcePools: this replica leads scheduling")
+		publisher.Run(ctx)
 	})
+	return publisher, nil
+}
+
+// startMetrics exports the pools' and the health cache's metrics until ctx
+// ends.
+func (r *Runtime) startMetrics(ctx context.Context, publisher *poolpublisher.Publisher) {
 	healthmetrics.Register()
 	stopExport := poolmetrics.Export(&metricsSource{
 		Cache:     r.pools,
 		r:         r,
-		pods:      factory.Core().V1().Pods().Lister(),
-		claims:    factory.Resource().V1().ResourceClaims().Lister(),
-		classes:   factory.Resource().V1().DeviceClasses().Lister(),
+		pods:      r.informers.Core().V1().Pods().Lister(),
+		claims:    r.informers.Resource().V1().ResourceClaims().Lister(),
+		classes:   r.informers.Resource().V1().DeviceClasses().Lister(),
 		publisher: publisher,
 	})
 	r.goroutines.Go(func() {
 		<-ctx.Done()
 		stopExport()
 	})
-	r.goroutines.Go(func() { r.pools.Run(ctx) })
-	r.goroutines.Go(func() { r.health.Run(ctx) })
-	if publisher != nil {
-		// The process leading scheduling publishes: its in-flight view is
-		// the authoritative one, a new leader publishes as soon as it
-		// schedules, and a standby (which under delayCacheUntilActive has no
-		// informers) never does. kube-scheduler exits when it stops
-		// leading, so there is one term per process.
-		r.goroutines.Go(func() {
-			if !closedBefore(ctx, r.leadership.Leading()) {
-				return
-			}
-			logger.Info("Publishing ResourcePools: this replica leads scheduling")
-			publisher.Run(ctx)
-		})
-	} else {
-		logger.Info("Not publishing ResourcePool objects: poolStatus.publishResourcePools is false")
-		r.goroutines.Go(func() {
-			if closedBefore(ctx, r.leadership.Leading()) {
-				poolpublisher.Withdraw(ctx, poolClient)
-			}
-		})
-	}
-	logger.Info("Started the DRAScope runtime", "profile", h.ProfileName(),
-		"publishResourcePools", args.PoolStatus.PublishResourcePools,
-		"minPublishInterval", args.PoolStatus.MinPublishInterval.Duration,
-		"maxWritesPerSecond", args.PoolStatus.MaxWritesPerSecond,
-		"maxPublishDelay", args.PoolStatus.MaxPublishDelay.Duration,
-		"deviceHealthPolicy", args.DeviceHealth.Policy,
-		"unhealthyHoldTime", args.DeviceHealth.UnhealthyHoldTime.Duration)
-	return nil
 }
 
 // profileNames are the profiles that joined so far.
@@ -442,6 +483,31 @@ func (r *Runtime) Holds() *releasehold.Holds {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.holds
+}
+
+// StateSizes returns how many entries each of the runtime's long-lived maps
+// holds, by name: the side cache's, the health cache's, the release holds',
+// the waiting pods' and the publisher's current term's. Each follows what
+// exists (slices, claims, pods, pools) or what is younger than its time to
+// live, never what ever existed; the churn soak checks it.
+func (r *Runtime) StateSizes() map[string]int {
+	r.mu.Lock()
+	pools, healthCache, holds, waiting, publisher := r.pools, r.health, r.holds, r.waiting, r.publisher
+	r.mu.Unlock()
+	sizes := map[string]int{}
+	if pools == nil {
+		return sizes
+	}
+	maps.Copy(sizes, pools.Sizes())
+	maps.Copy(sizes, healthCache.Sizes())
+	sizes["releasehold_released"], sizes["releasehold_held"] = holds.Sizes()
+	if waiting != nil {
+		sizes["waiting_pods"] = waiting.len()
+	}
+	if publisher != nil {
+		maps.Copy(sizes, publisher.Sizes())
+	}
+	return sizes
 }
 
 // Health is the device health cache; nil before the runtime starts.

@@ -610,3 +610,25 @@ func (s *Snapshot) Unconfirmed() []drausage.Conflict {
 	}
 	return out
 }
+
+// Sizes returns how many entries each long-lived map holds, by name, for
+// the churn soak and the state gauge: each must follow the slices, claims
+// and rules that exist, not those that ever existed.
+func (c *Cache) Sizes() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return map[string]int{
+		"poolcache_pools":       len(c.slices),
+		"poolcache_slices":      len(c.slicePool),
+		"poolcache_claims":      len(c.informer),
+		"poolcache_pending":     len(c.pending),
+		"poolcache_assumed":     len(c.assumed),
+		"poolcache_claim_pools": len(c.claimPools),
+		"poolcache_pool_claims": len(c.claimsByPool),
+		"poolcache_taint_rules": len(c.taintRules),
+		"poolcache_confirmed":   len(c.confirmed),
+		"poolcache_dirty":       len(c.dirty),
+		"poolcache_snapshots":   len(c.snapshots),
+		"poolcache_nodes":       len(c.onNode),
+	}
+}

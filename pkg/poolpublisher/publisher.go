@@ -683,3 +683,20 @@ func (p *Publisher) nameFor(t *term, id drausage.PoolID) string {
 	}
 	return plain
 }
+
+// Sizes returns how many entries each of the current term's long-lived maps
+// holds, by name, for the churn soak and the state gauge; none while not
+// publishing.
+func (p *Publisher) Sizes() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.term
+	if t == nil {
+		return nil
+	}
+	return map[string]int{
+		"publisher_written": len(t.written),
+		"publisher_deleted": len(t.deleted),
+		"publisher_plan":    len(t.plan.pools),
+	}
+}

@@ -63,6 +63,7 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 
 	ctx, cancel := context.WithCancel(ctx)
 	rt := draruntime.New()
+	env.runtime = rt
 	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(drascope.Name, drascope.Factory(rt)))
 	if err != nil {
 		cancel()

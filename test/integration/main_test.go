@@ -24,6 +24,8 @@ import (
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	"k8s.io/kubernetes/pkg/controller/resourceclaim"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/draruntime"
 )
 
 // env is the shared test environment, set up by TestMain.
@@ -45,6 +47,9 @@ var env struct {
 	schedulerStarts int
 	// stopScheduler stops the in-process scheduler.
 	stopScheduler func()
+	// runtime is the in-process scheduler's DRAScope runtime, whose
+	// long-lived state the churn soak measures.
+	runtime *draruntime.Runtime
 }
 
 const (
