@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,6 +22,7 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/poolcache"
 	"github.com/drascope/drascope/pkg/poolpublisher"
@@ -628,4 +630,48 @@ func TestPublishingResumesWhenTheCRDIsBack(t *testing.T) {
 	matched := s.waitForPoolsToMatchTheAPI([]string{node})
 	s.checkNoAllocationForPendingPods()
 	t.Logf("(d) ResourcePools matched the API %s after the CRD was re-created (the publisher looks for it every second)", since(back, matched))
+}
+
+// A pool of thousands of Unhealthy devices with long messages is
+// published: the status is bounded by its encoded size, Unavailable devices
+// first, the rest counted. The whole list (about 7 MB) would pass the
+// apiserver's request limit, be refused on every write, and freeze the
+// pool's object. Like TestPublisherServesASecondTerm, it runs with the
+// scheduler stopped.
+func TestLongHealthMessagesDoNotFreezeAPool(t *testing.T) {
+	s := newScenario(t, nil)
+	const testDriver = "long.example.com"
+	const devices = 3500
+	pool := s.namespace
+	long := strings.Repeat("Xid 79: GPU has fallen off the bus <", 28) // 1008 bytes, escaped in JSON
+	cache := poolcache.New(poolcache.Options{Usage: drausage.Options{
+		WithholdUnhealthy: true,
+		Health: func(drausage.PoolID, string) drausage.DeviceHealth {
+			return drausage.DeviceHealth{Status: v1.ResourceHealthStatusUnhealthy, Detail: long}
+		},
+	}})
+	client, err := versioned.NewForConfig(env.cp.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publisher := poolpublisher.New(cache, client, poolpublisher.Options{MinInterval: 100 * time.Millisecond, DeviceHealthPolicy: "Taint"})
+	name, _ := v1alpha1.PlainName(testDriver, pool)
+	t.Cleanup(func() { _ = resourcePools(t).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	restartScheduler(t, func() {
+		cache.SetSlice(wholePoolSlice(testDriver, pool, devices))
+		cache.Sync()
+		ctx, cancel := context.WithCancel(s.ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); publisher.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		rp := s.waitForResourcePool(name, "published, its device list bounded", func(rp *v1alpha1.ResourcePool) bool {
+			return rp.Status.Summary.TotalDevices == devices && rp.Status.TruncatedDeviceCount > 0
+		})
+		if n := len(rp.Status.Devices) + int(rp.Status.TruncatedDeviceCount); n != devices {
+			t.Errorf("%d devices listed and %d counted, want %d in all", len(rp.Status.Devices), rp.Status.TruncatedDeviceCount, devices)
+		}
+		if d := rp.Status.Devices[0]; d.State != "Unavailable" || d.Health != "Unhealthy" || !strings.Contains(d.HealthMessage, "Xid 79") {
+			t.Errorf("first device listed: %+v, want Unavailable and Unhealthy with kubelet's message", d)
+		}
+	})
 }
