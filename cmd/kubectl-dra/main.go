@@ -3,7 +3,9 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/signal"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
@@ -11,8 +13,13 @@ import (
 )
 
 func main() {
+	// Ctrl-C ends a watch (pools -w) or a wait (health clear --wait) through
+	// the commands' context.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
 	cmd := kubectldra.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
-	if err := cmd.Execute(); err != nil {
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		stop()
 		os.Exit(1)
 	}
 }

@@ -83,9 +83,6 @@ func (o *describePoolOptions) Validate() error {
 
 // Run describes the pool.
 func (o *describePoolOptions) Run(ctx context.Context) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	rp, notes, err := o.source.Get(ctx, o.name, drausage.PoolID{Driver: o.driver, Pool: o.pool})
 	for _, note := range notes {
 		fmt.Fprintln(o.ErrOut, note)

@@ -58,9 +58,6 @@ func (o *describeNodeOptions) Complete(args []string) error {
 // Run describes the node's pools. An unknown node is an error; a node one
 // may not read is not.
 func (o *describeNodeOptions) Run(ctx context.Context) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	if _, err := o.source.client.CoreV1().Nodes().Get(ctx, o.node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		return fmt.Errorf("node %q not found", o.node)
 	} else if err != nil && !apierrors.IsForbidden(err) {

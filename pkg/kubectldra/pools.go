@@ -126,9 +126,6 @@ func (o *poolsOptions) Validate() error {
 // Run lists the pools: the notes on where they came from go to standard
 // error, the pools to standard output.
 func (o *poolsOptions) Run(ctx context.Context) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	pools, notes, err := o.source.List(ctx, poolFilter{driver: o.driver, node: o.node})
 	if err != nil {
 		return err

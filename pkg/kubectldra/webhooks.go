@@ -84,9 +84,6 @@ by a write.`,
 // audit prints what webhooks.Audit finds, as a table; the error (exit
 // code 1) says how many webhooks can make a scheduler write fail.
 func audit(ctx context.Context, client kubernetes.Interface, namespace string, out io.Writer) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	validating, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing ValidatingWebhookConfigurations: %w", err)
@@ -230,9 +227,6 @@ func (o *excludeOptions) rules() ([]webhooks.ExclusionRule, string, error) {
 }
 
 func (o *excludeOptions) run(ctx context.Context, dryRun cmdutil.DryRunStrategy) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	if o.config == "" {
 		return fmt.Errorf("name the webhook configuration: --config NAME")
 	}

@@ -28,7 +28,7 @@ func (h *decoratedHandle) SharedDRAManager() fwk.SharedDRAManager {
 // InFlightObserver is told about allocations the scheduler makes before the
 // informers see them. Calls come from the scheduling path: they must only
 // record and return.
-type InFlightObserver interface {
+type inFlightObserver interface {
 	PendingAllocation(claim *resourceapi.ResourceClaim)
 	PendingAllocationRemoved(uid types.UID)
 	Assumed(claim *resourceapi.ResourceClaim)
@@ -61,7 +61,7 @@ type draManager struct {
 // newDRAManager decorates the scheduler's shared DRA manager for one
 // profile; observer and withheld may be nil. holds are the scheduler's,
 // shared by every profile; nil gives the profile holds of its own (tests).
-func newDRAManager(inner fwk.SharedDRAManager, observer InFlightObserver, withheld Withheld, holds *releasehold.Holds) *draManager {
+func newDRAManager(inner fwk.SharedDRAManager, observer inFlightObserver, withheld Withheld, holds *releasehold.Holds) *draManager {
 	if holds == nil {
 		holds = &releasehold.Holds{}
 	}
@@ -80,7 +80,7 @@ func (m *draManager) ResourceClaims() fwk.ResourceClaimTracker {
 // device that a claim already holds stays allocated to it.
 type claimTracker struct {
 	fwk.ResourceClaimTracker
-	observer InFlightObserver
+	observer inFlightObserver
 	withheld Withheld
 	// capture receives the in-use set handed to upstream.
 	capture *cycleCapture
