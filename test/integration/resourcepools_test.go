@@ -665,7 +665,7 @@ func TestLongHealthMessagesDoNotFreezeAPool(t *testing.T) {
 		go func() { defer close(done); publisher.Run(ctx) }()
 		defer func() { cancel(); <-done }()
 		rp := s.waitForResourcePool(name, "published, its device list bounded", func(rp *v1alpha1.ResourcePool) bool {
-			return rp.Status.Summary.TotalDevices == devices && rp.Status.TruncatedDeviceCount > 0
+			return rp.Status.Summary != nil && rp.Status.Summary.TotalDevices == devices && rp.Status.TruncatedDeviceCount > 0
 		})
 		if n := len(rp.Status.Devices) + int(rp.Status.TruncatedDeviceCount); n != devices {
 			t.Errorf("%d devices listed and %d counted, want %d in all", len(rp.Status.Devices), rp.Status.TruncatedDeviceCount, devices)
