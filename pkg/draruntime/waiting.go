@@ -8,6 +8,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/drascope/drascope/pkg/informerevents"
 )
 
 // waitingPods are the pods refused while devices were withheld as
@@ -34,10 +36,7 @@ func (w *waitingPods) handlers() cache.ResourceEventHandler {
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
-			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tombstone.Obj
-			}
-			if pod, ok := obj.(*v1.Pod); ok {
+			if pod, ok := informerevents.Object[*v1.Pod](obj); ok {
 				w.remove(pod.UID)
 			}
 		},

@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/drascope/drascope/pkg/informerevents"
 )
 
 // terminalPhases selects pods that ended: the scheduler's own pod informer
@@ -135,9 +137,6 @@ func finishedIn(terminal cache.SharedIndexInformer, pod *v1.Pod) bool {
 }
 
 func podOf(obj interface{}) *v1.Pod {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	pod, _ := obj.(*v1.Pod)
+	pod, _ := informerevents.Object[*v1.Pod](obj)
 	return pod
 }

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/drascope/drascope/pkg/informerevents"
 )
 
 // TaintWriter makes the DeviceTaintRules drascope owns match the cache:
@@ -60,10 +62,7 @@ func NewTaintWriter(c *Cache, client kubernetes.Interface, informer cache.Shared
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "drascope_device_taint_rules"}),
 	}
 	enqueueRule := func(obj interface{}) {
-		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tombstone.Obj
-		}
-		rule, ok := obj.(*resourceapi.DeviceTaintRule)
+		rule, ok := informerevents.Object[*resourceapi.DeviceTaintRule](obj)
 		if !ok || !HasOwnLabel(rule) {
 			return
 		}

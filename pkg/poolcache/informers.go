@@ -3,9 +3,10 @@ package poolcache
 import (
 	"fmt"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/drascope/drascope/pkg/informerevents"
 )
 
 // AddInformerHandlers feeds the cache from a shared informer factory. In the
@@ -24,14 +25,14 @@ func (c *Cache) AddInformerHandlers(factory informers.SharedInformerFactory, wit
 		registrations = append(registrations, r)
 		return nil
 	}
-	if err := add("ResourceSlices", resource.ResourceSlices().Informer(), handlers(c.SetSlice, c.DeleteSlice)); err != nil {
+	if err := add("ResourceSlices", resource.ResourceSlices().Informer(), informerevents.Handlers(c.SetSlice, c.DeleteSlice)); err != nil {
 		return nil, err
 	}
-	if err := add("ResourceClaims", resource.ResourceClaims().Informer(), handlers(c.SetClaim, c.DeleteClaim)); err != nil {
+	if err := add("ResourceClaims", resource.ResourceClaims().Informer(), informerevents.Handlers(c.SetClaim, c.DeleteClaim)); err != nil {
 		return nil, err
 	}
 	if withTaintRules {
-		if err := add("DeviceTaintRules", resource.DeviceTaintRules().Informer(), handlers(c.SetDeviceTaintRule, c.DeleteDeviceTaintRule)); err != nil {
+		if err := add("DeviceTaintRules", resource.DeviceTaintRules().Informer(), informerevents.Handlers(c.SetDeviceTaintRule, c.DeleteDeviceTaintRule)); err != nil {
 			return nil, err
 		}
 	}
@@ -43,31 +44,4 @@ func (c *Cache) AddInformerHandlers(factory informers.SharedInformerFactory, wit
 		}
 		return true
 	}, nil
-}
-
-// handlers adapts typed set and delete functions to informer callbacks,
-// unwrapping the tombstones of deletes the informer missed.
-func handlers[T interface {
-	*resourceapi.ResourceSlice | *resourceapi.ResourceClaim | *resourceapi.DeviceTaintRule
-}](set, del func(T)) cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) {
-			if o, ok := obj.(T); ok {
-				set(o)
-			}
-		},
-		UpdateFunc: func(_, obj interface{}) {
-			if o, ok := obj.(T); ok {
-				set(o)
-			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tombstone.Obj
-			}
-			if o, ok := obj.(T); ok {
-				del(o)
-			}
-		},
-	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/generated/informers/externalversions"
+	"github.com/drascope/drascope/pkg/informerevents"
 	"github.com/drascope/drascope/pkg/poolcache"
 	"github.com/drascope/drascope/pkg/poolstatus"
 )
@@ -353,10 +354,7 @@ func (p *Publisher) watchHandler(t *term) cache.ResourceEventHandler {
 			queue(newObj)
 		},
 		DeleteFunc: func(obj interface{}) {
-			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tombstone.Obj
-			}
-			rp, ok := obj.(*v1alpha1.ResourcePool)
+			rp, ok := informerevents.Object[*v1alpha1.ResourcePool](obj)
 			if !ok {
 				return
 			}
