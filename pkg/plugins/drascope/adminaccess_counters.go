@@ -200,10 +200,7 @@ func (mixedAdminAccessData) Clone() fwk.StateData { return mixedAdminAccessData{
 // admin-access and ordinary requests allocated together, that its
 // admin-access requests were held to shared counters as upstream does.
 func mixedAdminAccessNote(state fwk.CycleState) string {
-	if state == nil {
-		return ""
-	}
-	if _, err := state.Read(mixedAdminAccessKey); err != nil {
+	if _, ok := fromCycle[mixedAdminAccessData](state, mixedAdminAccessKey); !ok {
 		return ""
 	}
 	return fmt.Sprintf("node(s) counted shared counters against admin-access requests made together with ordinary ones, as upstream does (%s; give admin access a pod of its own)", upstreamIssue)

@@ -54,12 +54,8 @@ func (pl *DRAScope) claimsOf(pod *v1.Pod) *podClaims {
 
 // claimsIn returns the claims PreFilter gathered, or gathers them.
 func (pl *DRAScope) claimsIn(state fwk.CycleState, pod *v1.Pod) *podClaims {
-	if state != nil {
-		if data, err := state.Read(podClaimsKey); err == nil {
-			if c, ok := data.(*podClaims); ok {
-				return c
-			}
-		}
+	if c, ok := fromCycle[*podClaims](state, podClaimsKey); ok {
+		return c
 	}
 	return pl.claimsOf(pod)
 }

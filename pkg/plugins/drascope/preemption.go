@@ -119,14 +119,7 @@ func (w *whatIf) Clone() fwk.StateData {
 func (w *whatIf) changed() bool { return len(w.removed) > 0 || len(w.added) > 0 || w.preempting }
 
 func whatIfIn(state fwk.CycleState) *whatIf {
-	if state == nil {
-		return nil
-	}
-	data, err := state.Read(whatIfStateKey)
-	if err != nil {
-		return nil
-	}
-	w, _ := data.(*whatIf)
+	w, _ := fromCycle[*whatIf](state, whatIfStateKey)
 	return w
 }
 

@@ -88,13 +88,8 @@ func (pl *DRAScope) ScoreExtensions() fwk.ScoreExtensions { return pl }
 // PreScore gathered device use, ranks nodes by upstream's raw score first
 // and by device use within each rank.
 func (pl *DRAScope) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	var s *scoringState
-	if state != nil {
-		if data, err := state.Read(scoringStateKey); err == nil {
-			s, _ = data.(*scoringState)
-		}
-	}
-	if s == nil {
+	s, ok := fromCycle[*scoringState](state, scoringStateKey)
+	if !ok || s == nil {
 		return pl.DynamicResources.NormalizeScore(ctx, state, pod, scores)
 	}
 	combineScores(scores, func(node string) float64 { return deviceScore(pl.scoring, s.use[node], s.requested) })

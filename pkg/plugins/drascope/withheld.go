@@ -76,12 +76,8 @@ func (w *withheldDevices) Clone() fwk.StateData { return w }
 // withheldIn returns the cycle's withheldDevices, written by PreFilter, or a
 // fresh one for a Filter called without it.
 func (pl *DRAScope) withheldIn(state fwk.CycleState) *withheldDevices {
-	if state != nil {
-		if data, err := state.Read(withheldStateKey); err == nil {
-			if w, ok := data.(*withheldDevices); ok {
-				return w
-			}
-		}
+	if w, ok := fromCycle[*withheldDevices](state, withheldStateKey); ok {
+		return w
 	}
 	return &withheldDevices{}
 }
