@@ -12,8 +12,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	schedulermetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
-	"github.com/drascope/drascope/pkg/healthmetrics"
-	"github.com/drascope/drascope/pkg/poolmetrics"
+	"github.com/drascope/drascope/pkg/metrics"
 )
 
 var update = flag.Bool("update", false, "rewrite manifests/monitoring/metric-names.txt")
@@ -30,8 +29,7 @@ var descName = regexp.MustCompile(`^Desc\{fqName: "([^"]+)"`)
 func registeredNames(t *testing.T) []string {
 	t.Helper()
 	schedulermetrics.Register()
-	healthmetrics.Register()
-	poolmetrics.Register()
+	metrics.Register()
 
 	registry, ok := legacyregistry.Registerer().(prometheus.Collector)
 	if !ok {

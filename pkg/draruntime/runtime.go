@@ -1,6 +1,6 @@
 // Package draruntime is what one scheduler runs once for all its DRAScope
 // profiles: the device health cache (pkg/health), the pool side cache
-// (pkg/poolcache) with its metrics (pkg/poolmetrics) and ResourcePool
+// (pkg/poolcache) with its metrics (pkg/metrics) and ResourcePool
 // publisher (pkg/poolpublisher), and the pods waiting for a withheld device
 // to recover. Pools and device health are cluster-wide, and every profile's
 // plugin reports its in-flight allocations to the same side cache.
@@ -11,7 +11,8 @@
 // scheduler builds starts the runtime with its args; every later profile must
 // agree with it on the scheduler-wide args, or the scheduler stops at start.
 // Nothing here is package-level state: two schedulers in one process each
-// have their own runtime.
+// have their own runtime. (Metrics are process-wide, as the legacy registry
+// is: pkg/metrics shows the pools of the runtime that exported last.)
 package draruntime
 
 import (
@@ -45,9 +46,8 @@ import (
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/health"
-	"github.com/drascope/drascope/pkg/healthmetrics"
+	"github.com/drascope/drascope/pkg/metrics"
 	"github.com/drascope/drascope/pkg/poolcache"
-	"github.com/drascope/drascope/pkg/poolmetrics"
 	"github.com/drascope/drascope/pkg/poolpublisher"
 	"github.com/drascope/drascope/pkg/releasehold"
 )
@@ -279,7 +279,7 @@ func (r *Runtime) whileLeading(ctx context.Context, fn func()) {
 // tracker does.
 func (r *Runtime) startSideCache(ctx context.Context, args *config.DRAScopeArgs) error {
 	r.pools = poolcache.New(poolcache.Options{
-		Observe: poolmetrics.ObserveRecompute,
+		Observe: metrics.ObserveRecompute,
 		Usage: drausage.Options{
 			Health:            r.deviceHealth,
 			WithholdUnhealthy: args.DeviceHealth.Policy.Withholds(),
@@ -320,7 +320,7 @@ func (r *Runtime) startHealth(ctx context.Context, h Handle, args *config.DRASco
 				writer.Enqueue(devices)
 			}
 		},
-		OnIgnored: healthmetrics.ObserveIgnored,
+		OnIgnored: metrics.ObserveIgnored,
 	})
 	// Under another policy the writer only deletes what Taint left.
 	persist := args.DeviceHealth.Policy == config.DeviceHealthTaint
@@ -331,7 +331,7 @@ func (r *Runtime) startHealth(ctx context.Context, h Handle, args *config.DRASco
 		if writer, err = health.NewTaintWriter(r.health, h.ClientSet(), rules, persist); err != nil {
 			return fmt.Errorf("DeviceTaintRules for Unhealthy devices: %w", err)
 		}
-		writer.ObserveWrite = healthmetrics.ObserveRuleWrite
+		writer.ObserveWrite = metrics.ObserveRuleWrite
 	}
 	claimInformer := r.informers.Resource().V1().ResourceClaims().Informer()
 	if err := r.health.AddClaimHandlers(logger, claimInformer); err != nil {
@@ -382,7 +382,7 @@ func (r *Runtime) startHealth(ctx context.Context, h Handle, args *config.DRASco
 func (r *Runtime) startConflictChecks(ctx context.Context, h Handle) {
 	checker := conflictcheck.New(r.pools, conflictcheck.FromAPI(h.ClientSet()), conflictcheck.Options{
 		Report:  conflictEvents(h.EventRecorder(), r.informers),
-		Observe: poolmetrics.ObserveConflictCheck,
+		Observe: metrics.ObserveConflictCheck,
 	})
 	r.whileLeading(ctx, func() { checker.Run(ctx) })
 }
@@ -415,10 +415,10 @@ func (r *Runtime) startPublisher(ctx context.Context, h Handle, args *config.DRA
 		MaxDelay:           args.PoolStatus.MaxPublishDelay.Duration,
 		DeviceHealthPolicy: string(args.DeviceHealth.Policy),
 		Synced:             r.synced,
-		Observe:            poolmetrics.ObserveSync,
-		ObservePublished:   poolmetrics.ObservePublished,
-		ObserveWrite:       poolmetrics.ObserveWrite,
-		ObserveOverBudget:  poolmetrics.ObserveDueWrite,
+		Observe:            metrics.ObserveSync,
+		ObservePublished:   metrics.ObservePublished,
+		ObserveWrite:       metrics.ObserveWrite,
+		ObserveOverBudget:  metrics.ObserveDueWrite,
 	})
 	r.publisher = publisher
 	r.whileLeading(ctx, func() {
@@ -431,8 +431,7 @@ func (r *Runtime) startPublisher(ctx context.Context, h Handle, args *config.DRA
 // startMetrics exports the pools' and the health cache's metrics until ctx
 // ends.
 func (r *Runtime) startMetrics(ctx context.Context, publisher *poolpublisher.Publisher) {
-	healthmetrics.Register()
-	stopExport := poolmetrics.Export(&metricsSource{
+	stopExport := metrics.Export(&metricsSource{
 		Cache:     r.pools,
 		r:         r,
 		pods:      r.informers.Core().V1().Pods().Lister(),

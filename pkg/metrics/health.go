@@ -1,15 +1,11 @@
-// Package healthmetrics exposes how drascope treats device health reports
-// on the scheduler's /metrics (k8s.io/component-base/metrics, legacy
-// registry): reports it did not believe, and the DeviceTaintRules it wrote.
-// The names are listed in docs/metrics.md.
-package healthmetrics
+package metrics
 
 import (
-	"sync"
-
 	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
 )
+
+// How drascope treats device health reports: reports it did not believe,
+// and the DeviceTaintRules it wrote.
 
 var (
 	// IgnoredReports: health reports not believed, by reason (NotHolder:
@@ -26,16 +22,7 @@ var (
 		Help:           "DeviceTaintRule writes for Unhealthy devices (deviceHealth.policy Taint), by verb (create, update, delete) and result (success, error).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"verb", "result"})
-
-	registerOnce sync.Once
 )
-
-// Register registers the metrics in the legacy registry, once per process.
-func Register() {
-	registerOnce.Do(func() {
-		legacyregistry.MustRegister(IgnoredReports, RuleWrites)
-	})
-}
 
 // ObserveIgnored is a health.Options.OnIgnored function.
 func ObserveIgnored(reason string) {

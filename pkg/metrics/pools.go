@@ -1,7 +1,4 @@
-// Package poolmetrics exposes pool availability and the ResourcePool
-// publisher on the scheduler's /metrics (k8s.io/component-base/metrics,
-// legacy registry). The names are listed in docs/metrics.md.
-package poolmetrics
+package metrics
 
 import (
 	"sync"
@@ -159,11 +156,12 @@ func Export(source Source) (stop func()) {
 	return func() { exported.CompareAndSwap(p, nil) }
 }
 
-// Register registers the metrics in the legacy registry, once per process.
-// The per-pool gauges have no series until a source is exported.
+// Register registers every drascope metric in the legacy registry, once per
+// process. The per-pool gauges have no series until a source is exported.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, FirstPublishDelay, Writes, DueWrites, RecomputeDuration, ConflictChecks)
+		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, FirstPublishDelay, Writes, DueWrites, RecomputeDuration, ConflictChecks,
+			IgnoredReports, RuleWrites)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
 }
