@@ -498,7 +498,9 @@ func (r *Runtime) StateSizes() map[string]int {
 		return sizes
 	}
 	maps.Copy(sizes, pools.Sizes())
-	maps.Copy(sizes, healthCache.Sizes())
+	if healthCache != nil {
+		maps.Copy(sizes, healthCache.Sizes())
+	}
 	sizes["releasehold_released"], sizes["releasehold_held"] = holds.Sizes()
 	if waiting != nil {
 		sizes["waiting_pods"] = waiting.len()

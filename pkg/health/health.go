@@ -457,13 +457,16 @@ func (c *Cache) Clear(logger klog.Logger, d Device, requestedAt time.Time) bool 
 		c.mu.Unlock()
 		return false
 	}
-	for holder := range e.holders {
-		if p, ok := c.pods[holder]; ok {
-			if old, ok := p.reports[d]; ok {
-				old.superseded = true
-				p.reports[d] = old
-			}
+	// Every pod's report of it, not only the holders': a pod that left the
+	// informer unseen finished holds nothing now, but its final status
+	// would bring an unchanged report back.
+	for _, p := range c.pods {
+		if old, ok := p.reports[d]; ok && old.health == v1.ResourceHealthStatusUnhealthy {
+			old.superseded = true
+			p.reports[d] = old
 		}
+	}
+	for holder := range e.holders {
 		delete(c.restored[holder], d)
 	}
 	e.holders.Clear()
@@ -616,7 +619,7 @@ func (c *Cache) Len() (devices, pods, holdings int) {
 }
 
 // Sizes returns how many entries each long-lived map holds, by name, for
-// the churn soak and the state gauge: each must follow what exists, not
+// the churn soak (draruntime.Runtime.StateSizes): each must follow what exists, not
 // what ever existed.
 func (c *Cache) Sizes() map[string]int {
 	c.mu.RLock()

@@ -978,3 +978,47 @@ func TestOperatorClearInTheReportsSecond(t *testing.T) {
 		t.Error("a clear written in the report's second cleared nothing")
 	}
 }
+
+// The time of a clear is the apiserver's, from the managedFields entry of
+// the write that set the annotation, not the client's value; a rule whose
+// report is newer than its clear is restored all the same.
+func TestClearRequestedUsesTheServersTime(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	_, clk, _ := newTestCache(t)
+	reported := clk.Now().Add(-time.Minute)
+	rule := RuleFor(Report{Device: gpu0, Health: v1.ResourceHealthStatusUnhealthy, PodUID: "uid-job", Node: "node-1", Since: reported})
+	server := metav1.NewTime(reported.Add(-time.Hour))
+	rule.Annotations[AnnotationClearRequested] = clk.Now().Format(time.RFC3339) // a client clock an hour ahead
+	rule.ManagedFields = []metav1.ManagedFieldsEntry{
+		{Manager: "drascope-scheduler", Time: &metav1.Time{Time: reported}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:drascope.dev/reporter-uid":{}}}}`)}},
+		{Manager: "kubectl-dra", Time: &server, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:drascope.dev/clear-requested-at":{}}}}`)}},
+	}
+	if at, ok := ClearRequested(rule); !ok || !at.Equal(server.Time) {
+		t.Errorf("ClearRequested = %v, %v; want the server's time %v", at, ok, server.Time)
+	}
+	// The report came after that clear: the rule still persists it.
+	c, _, _ := newTestCache(t)
+	c.Restore(logger, rule)
+	if got := healthOf(c, gpu0); got != v1.ResourceHealthStatusUnhealthy {
+		t.Errorf("a rule whose report is newer than its clear restored as %s, want Unhealthy", got)
+	}
+}
+
+// A finished pod's report, held from its finish, never shortens a hold
+// that runs already.
+func TestFinishedReportKeepsTheLongerHold(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	c, clk, w := newTestCache(t)
+	trainer := w.running("trainer", []Device{gpu0}, unhealthy(gpu0, "Xid 79"))
+	c.ObservePod(logger, trainer)
+	c.podLeft(logger, trainer.UID, false)
+	held, _ := c.Get(gpu0)
+	job := w.running("job", []Device{gpu0})
+	c.ObservePod(logger, job)
+	final := w.failed(job, unhealthy(gpu0, "Xid 79"))
+	final.Status.ContainerStatuses[0].State.Terminated = &v1.ContainerStateTerminated{FinishedAt: metav1.NewTime(clk.Now().Add(-5 * time.Minute))}
+	c.ObservePod(logger, final)
+	if r, _ := c.Get(gpu0); r.Health != v1.ResourceHealthStatusUnhealthy || r.HeldUntil.Before(held.HeldUntil) {
+		t.Errorf("gpu-0 after a report of a pod that finished 5 minutes ago: %+v, want held until %v at least", r, held.HeldUntil)
+	}
+}

@@ -229,6 +229,19 @@ func (c *Cache) ObservePod(logger klog.Logger, pod *v1.Pod) {
 	if len(untrusted) > 0 && h != nil && isRunning(pod) {
 		h.pod = pod
 	}
+	// A finished pod's report must not shorten a hold that is running
+	// already (its drop below holds from its finish, which may be earlier).
+	var heldBefore map[Device]time.Time
+	if h != nil && h.finished {
+		for d := range reports {
+			if e, ok := c.devices[d]; ok && !e.HeldUntil.IsZero() {
+				if heldBefore == nil {
+					heldBefore = map[Device]time.Time{}
+				}
+				heldBefore[d] = e.HeldUntil
+			}
+		}
+	}
 	var changed []Device
 	if len(reports) > 0 || c.pods[pod.UID].reports != nil || restored.Len() > 0 {
 		if reports == nil {
@@ -249,6 +262,9 @@ func (c *Cache) ObservePod(logger klog.Logger, pod *v1.Pod) {
 		for d, r := range reports {
 			if r.health == v1.ResourceHealthStatusUnhealthy && c.dropHolderLocked(d, pod.UID, h.finishedAt) && !slices.Contains(changed, d) {
 				changed = append(changed, d)
+			}
+			if e := c.devices[d]; e != nil && e.HeldUntil.Before(heldBefore[d]) {
+				e.HeldUntil = heldBefore[d]
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package health
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -167,15 +168,15 @@ func (c *Cache) takeRule(logger klog.Logger, rule *resourceapi.DeviceTaintRule, 
 	if !ok {
 		return
 	}
-	if _, cleared := ClearRequested(rule); cleared {
-		// An operator cleared it; it persists nothing any more.
-		return
-	}
-	now := c.opts.Clock.Now()
 	since, err := time.Parse(time.RFC3339, rule.Annotations[AnnotationReportedAt])
 	if err != nil {
 		since = rule.CreationTimestamp.Time
 	}
+	if at, cleared := ClearRequested(rule); cleared && !since.Truncate(time.Second).After(at) {
+		// An operator cleared the state it persists.
+		return
+	}
+	now := c.opts.Clock.Now()
 	var heldUntil time.Time
 	if value, ok := rule.Annotations[AnnotationHeldUntil]; ok {
 		if heldUntil, err = time.Parse(time.RFC3339, value); err != nil {
@@ -235,17 +236,27 @@ func (c *Cache) Settle(logger klog.Logger) {
 }
 
 // ClearRequested returns when an operator asked to clear the rule's device
-// (AnnotationClearRequested); a time that does not parse counts as the
-// rule's creation, so that a hand-written annotation still clears what the
-// rule was written for.
+// (AnnotationClearRequested): the apiserver's time of the write that set
+// the annotation, from the rule's managedFields, so that no client's clock
+// decides what is cleared. Without such an entry, the annotation's value;
+// failing that, the rule's creation.
 func ClearRequested(rule *resourceapi.DeviceTaintRule) (time.Time, bool) {
 	value, ok := rule.Annotations[AnnotationClearRequested]
 	if !ok {
 		return time.Time{}, false
 	}
-	at, err := time.Parse(time.RFC3339, value)
-	if err != nil {
-		return rule.CreationTimestamp.Time, true
+	field := `"f:` + AnnotationClearRequested + `"`
+	var at time.Time
+	for _, entry := range rule.ManagedFields {
+		if entry.Time != nil && entry.FieldsV1 != nil && strings.Contains(string(entry.FieldsV1.Raw), field) && entry.Time.After(at) {
+			at = entry.Time.Time
+		}
 	}
-	return at, true
+	if !at.IsZero() {
+		return at, true
+	}
+	if at, err := time.Parse(time.RFC3339, value); err == nil {
+		return at, true
+	}
+	return rule.CreationTimestamp.Time, true
 }

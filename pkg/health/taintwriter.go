@@ -298,7 +298,10 @@ func sameRule(actual, desired *resourceapi.DeviceTaintRule) bool {
 
 func isOwnAnnotation(key string) bool {
 	switch key {
-	case AnnotationReportedBy, AnnotationReporter, AnnotationNode, AnnotationReportedAt, AnnotationMessage, AnnotationHeldUntil:
+	case AnnotationReportedBy, AnnotationReporter, AnnotationNode, AnnotationReportedAt, AnnotationMessage, AnnotationHeldUntil,
+		// A clear that did not end the state the rule now persists (a
+		// newer report) goes with the rule's next update.
+		AnnotationClearRequested:
 		return true
 	}
 	return false

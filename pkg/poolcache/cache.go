@@ -612,7 +612,7 @@ func (s *Snapshot) Unconfirmed() []drausage.Conflict {
 }
 
 // Sizes returns how many entries each long-lived map holds, by name, for
-// the churn soak and the state gauge: each must follow the slices, claims
+// the churn soak (draruntime.Runtime.StateSizes): each must follow the slices, claims
 // and rules that exist, not those that ever existed.
 func (c *Cache) Sizes() map[string]int {
 	c.mu.Lock()

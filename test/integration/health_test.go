@@ -230,8 +230,10 @@ func TestUnhealthyHoldTime(t *testing.T) {
 		// A finished pod's report lasts a hold time from its finish, though
 		// the Failed pod is kept (as Jobs keep them): whoever may write its
 		// status cannot keep the device out of service for good.
+		// finishedAt is stored to the second: the hold may start up to a
+		// second before the write.
+		failed := time.Now().Truncate(time.Second)
 		s.failWithHealth("waiting", health(node, "gpu-0", v1.ResourceHealthStatusUnhealthy, "Xid 79"))
-		failed := time.Now()
 		s.addPod("after-failure", name, fromTemplate("gpu"))
 		if got := s.allocatedDevice(s.podClaim(s.waitForPodScheduled("after-failure"))).Device; got != "gpu-0" {
 			t.Errorf("the pod after the failure got %s, want gpu-0", got)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -22,8 +23,12 @@ type writeWindow struct {
 	mu sync.Mutex
 	// samples are the writes counter, read every samplePeriod.
 	samples []counterSample
-	// first and last bound the window; zero until seen.
+	// first and last bound the window: the first measured pod's creation
+	// and the last binding seen; zero until seen.
 	first, last time.Time
+	// bound are the pods seen bound, so that later events of a bound pod
+	// (its deletion in steady state) do not stretch the window.
+	bound map[types.UID]bool
 }
 
 type counterSample struct {
@@ -36,7 +41,7 @@ const samplePeriod = 100 * time.Millisecond
 // watchWriteWindow samples the writes counter and watches the pods of
 // namespace until ctx ends.
 func watchWriteWindow(ctx context.Context, client kubernetes.Interface, namespace string) *writeWindow {
-	w := &writeWindow{}
+	w := &writeWindow{bound: map[types.UID]bool{}}
 	go func() {
 		ticker := time.NewTicker(samplePeriod)
 		defer ticker.Stop()
@@ -68,7 +73,8 @@ func watchWriteWindow(ctx context.Context, client kubernetes.Interface, namespac
 		if w.first.IsZero() {
 			w.first = now
 		}
-		if pod.Spec.NodeName != "" {
+		if pod.Spec.NodeName != "" && !w.bound[pod.UID] {
+			w.bound[pod.UID] = true
 			w.last = now
 		}
 	}
@@ -104,8 +110,9 @@ func (w *writeWindow) writes() (int, time.Duration) {
 	if !endSet && len(w.samples) > 0 {
 		end = w.samples[len(w.samples)-1].writes
 	}
-	if !startSet {
-		start = 0
+	if !startSet && len(w.samples) > 0 {
+		// The window began before the first sample: count from it.
+		start = w.samples[0].writes
 	}
 	return int(end - start), w.last.Sub(w.first)
 }
