@@ -101,7 +101,7 @@ func (v releaseView) freeOn(n *dryrun.Node) bool {
 }
 
 // releaseView returns the cycle's release view.
-func (w *whatIf) releaseView(pl *DRAScope) releaseView {
+func (pl *DRAScope) releaseView(w *whatIf) releaseView {
 	if w.releasing == nil {
 		return releaseView{}
 	}
@@ -234,7 +234,7 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 		// as free. Counted in use, they would make preemption choose
 		// victims for devices already on their way to the preemptor
 		// (or to a pod nominated before it).
-		w.releaseView(pl).freeOn(n)
+		pl.releaseView(w).freeOn(n)
 	}
 	var nominated []*v1.Pod
 	var keptClasses sets.Set[string]
@@ -277,7 +277,7 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 	}
 	if pl.health != nil {
 		// As filterExplained: name withheld devices, retry on recovery.
-		if note := pl.withheldIn(state).note(ctx, pl, pod, node); note != "" {
+		if note := pl.withheldNote(ctx, pl.withheldIn(state), pod, node); note != "" {
 			pl.waiting.RetryWhenDeviceRecovers(pod)
 			reasons = append(reasons, note)
 		}
@@ -552,7 +552,7 @@ func (pl *DRAScope) nominatedNodeAwaitingVictims(ctx context.Context, pod *v1.Po
 	// whether it freed any in the node's share (its own pools and the
 	// network-attached ones it reaches), and a releasing claim of the
 	// node's pools counts even when the cycle has its devices free already.
-	view := w.releaseView(pl)
+	view := pl.releaseView(w)
 	releasing := view.freeOn(n)
 	for _, allocation := range view.allocations {
 		for _, result := range allocation.Devices.Results {

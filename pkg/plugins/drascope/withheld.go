@@ -15,6 +15,7 @@ import (
 	"github.com/drascope/drascope/pkg/deviceclass"
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/health"
+	"github.com/drascope/drascope/pkg/poolcache"
 )
 
 // maxWithheldInMessage bounds how many withheld devices one node's
@@ -39,7 +40,7 @@ func (pl *DRAScope) filterExplained(ctx context.Context, state fwk.CycleState, p
 	if pl.health == nil {
 		return status
 	}
-	note := pl.withheldIn(state).note(ctx, pl, pod, nodeInfo.Node())
+	note := pl.withheldNote(ctx, pl.withheldIn(state), pod, nodeInfo.Node())
 	if note == "" {
 		return status
 	}
@@ -82,12 +83,12 @@ func (pl *DRAScope) withheldIn(state fwk.CycleState) *withheldDevices {
 	return &withheldDevices{}
 }
 
-// note describes the Unhealthy devices that node can reach (those reported
+// withheldNote describes the Unhealthy devices that node can reach (those reported
 // from the node, and those of pools not tied to one node) and that a device
 // class the pod asks for accepts: a pod waiting for a NIC is not told about
 // a withheld GPU. The note lands in the pod's status and events: it names a
 // reporting pod only of the pod's own namespace.
-func (w *withheldDevices) note(ctx context.Context, pl *DRAScope, pod *v1.Pod, node *v1.Node) string {
+func (pl *DRAScope) withheldNote(ctx context.Context, w *withheldDevices, pod *v1.Pod, node *v1.Node) string {
 	if node == nil {
 		return ""
 	}
@@ -96,7 +97,7 @@ func (w *withheldDevices) note(ctx context.Context, pl *DRAScope, pod *v1.Pod, n
 		classes := pl.requestedClasses(w.claims)
 		devices := poolDevices{}
 		for _, r := range pl.health.Unhealthy() {
-			if classes != nil && (len(classes) == 0 || !devices.anyAccepts(ctx, pl, classes, r.Device)) {
+			if classes != nil && (len(classes) == 0 || !devices.anyAccepts(ctx, pl.pools, classes, r.Device)) {
 				continue
 			}
 			if pl.networkAttached(r.Device) {
@@ -169,13 +170,13 @@ type poolDevices map[drausage.PoolID]map[string]*resourceapi.Device
 
 // anyAccepts reports whether one of the classes accepts the device; true
 // when the device is not in the side cache.
-func (p poolDevices) anyAccepts(ctx context.Context, pl *DRAScope, classes []*resourceapi.DeviceClass, d health.Device) bool {
+func (p poolDevices) anyAccepts(ctx context.Context, pools *poolcache.Cache, classes []*resourceapi.DeviceClass, d health.Device) bool {
 	id := drausage.PoolID{Driver: d.Driver, Pool: d.Pool}
 	byName, ok := p[id]
 	if !ok {
 		byName = map[string]*resourceapi.Device{}
-		if snap := pl.pools.Get(id); snap != nil {
-			for _, slice := range pl.pools.Slices(id) {
+		if snap := pools.Get(id); snap != nil {
+			for _, slice := range pools.Slices(id) {
 				if slice.Spec.Pool.Generation != snap.Generation {
 					continue
 				}

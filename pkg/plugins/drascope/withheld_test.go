@@ -165,7 +165,7 @@ func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
 	cycle := &withheldDevices{}
 	pending := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "waiting"}}
 
-	got := cycle.note(ctx, pl, pending, node("node-1"))
+	got := pl.withheldNote(ctx, cycle, pending, node("node-1"))
 	for _, want := range []string{"gpu.example.com/node-1/gpu-0 (", "gpu.example.com/node-1/gpu-1 ("} {
 		if !strings.Contains(got, want) {
 			t.Errorf("note for node-1 = %q, want it to name %s", got, want)
@@ -174,21 +174,21 @@ func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
 	if strings.Contains(got, "node-0") {
 		t.Errorf("note for node-1 = %q names node-0's devices", got)
 	}
-	if got := cycle.note(ctx, pl, pending, node("node-0")); !strings.Contains(got, "node-0/gpu-2 (") || !strings.HasSuffix(got, "and 5 more") {
+	if got := pl.withheldNote(ctx, cycle, pending, node("node-0")); !strings.Contains(got, "node-0/gpu-2 (") || !strings.HasSuffix(got, "and 5 more") {
 		t.Errorf("note for node-0 = %q, want gpu-0..gpu-2 named and 5 more", got)
 	}
-	if got := cycle.note(ctx, pl, pending, node("node-2")); got != "" {
+	if got := pl.withheldNote(ctx, cycle, pending, node("node-2")); got != "" {
 		t.Errorf("note for node-2, which reported nothing = %q, want none", got)
 	}
 
 	// The note lands in the pending pod's status and events: a pod of
 	// another namespace learns the node's kubelet reported it, not which
 	// pod of which tenant.
-	if got := cycle.note(ctx, pl, pending, node("node-1")); !strings.Contains(got, "reported by pod default/") {
+	if got := pl.withheldNote(ctx, cycle, pending, node("node-1")); !strings.Contains(got, "reported by pod default/") {
 		t.Errorf("note for a pod of the reporter's namespace = %q, want the reporting pod named", got)
 	}
 	stranger := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "waiting"}}
-	if got := cycle.note(ctx, pl, stranger, node("node-1")); strings.Contains(got, "default") || !strings.Contains(got, "reported by kubelet on node node-1") {
+	if got := pl.withheldNote(ctx, cycle, stranger, node("node-1")); strings.Contains(got, "default") || !strings.Contains(got, "reported by kubelet on node node-1") {
 		t.Errorf("note for a pod of another namespace = %q, want the node's kubelet and no namespace", got)
 	}
 }
@@ -248,7 +248,7 @@ func TestWithheldNoteNamesDevicesOfThePodsClassesOnly(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			cycle := &withheldDevices{claims: tc.claims}
-			got := cycle.note(ctx, pl, pending, node)
+			got := pl.withheldNote(ctx, cycle, pending, node)
 			if named := strings.Contains(got, "gpu.example.com/node-1/gpu-2 (") && strings.Contains(got, "gpu.example.com/node-1/gpu-3 ("); named != tc.named || (!named && got != "") {
 				t.Errorf("note = %q; want the withheld GPUs named: %v", got, tc.named)
 			}
