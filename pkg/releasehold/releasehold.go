@@ -40,7 +40,7 @@ import (
 // hold is an allocation Unreserve released, held until its fate is known.
 type hold struct {
 	namespace, name, resourceVersion string
-	devices                          []structured.DeviceID
+	devices                          heldDevices
 	// unwritten is set when the API showed the claim at resourceVersion:
 	// the released allocation was never written.
 	unwritten bool
@@ -94,23 +94,44 @@ func (h *Holds) Start(ctx context.Context, read VersionReader) {
 
 // released is an allocation Unreserve dropped, and when.
 type released struct {
-	devices []structured.DeviceID
+	devices heldDevices
 	at      time.Time
 }
+
+// heldDevices are what an allocation holds, as upstream's claim tracker
+// counts it: nothing for an admin-access result; for a result with a
+// ShareID (DRAConsumableCapacity), its share and the capacity it consumes
+// where the allocator tracks shares, else the whole device; the whole
+// device for any other result.
+type heldDevices struct {
+	dedicated []structured.DeviceID
+	shares    []structured.SharedDeviceID
+	consumed  []structured.DeviceConsumedCapacity
+}
+
+func (d heldDevices) empty() bool { return len(d.dedicated) == 0 && len(d.shares) == 0 }
 
 // releasedFor bounds how long a released allocation waits for the claim to
 // be named: upstream names it in the same Unreserve.
 const releasedFor = time.Minute
 
-func devicesOf(allocation *resourceapi.AllocationResult) []structured.DeviceID {
-	var ids []structured.DeviceID
+func devicesOf(allocation *resourceapi.AllocationResult) heldDevices {
+	var held heldDevices
 	for _, r := range allocation.Devices.Results {
 		if r.AdminAccess != nil && *r.AdminAccess {
 			continue // holds nothing
 		}
-		ids = append(ids, structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID == nil {
+			held.dedicated = append(held.dedicated, id)
+			continue
+		}
+		held.shares = append(held.shares, structured.MakeSharedDeviceID(id, r.ShareID))
+		if r.ConsumedCapacity != nil {
+			held.consumed = append(held.consumed, structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+		}
 	}
-	return ids
+	return held
 }
 
 func (h *Holds) now() time.Time {
@@ -153,7 +174,7 @@ func (h *Holds) Restored(claim *resourceapi.ResourceClaim) {
 	r, ok := h.released[claim.UID]
 	devices := r.devices
 	delete(h.released, claim.UID)
-	if !ok || len(devices) == 0 {
+	if !ok || devices.empty() {
 		h.mu.Unlock()
 		return
 	}
@@ -192,11 +213,17 @@ func (h *Holds) check(ctx context.Context, read VersionReader, hold *hold) {
 	})
 }
 
-// InsertHeld adds the held devices to inUse, dropping the holds whose fate
-// is known: the claim is gone or the view of it moved on (current returns
-// its resource version, false when gone), or the API showed the allocation
-// was never written.
-func (h *Holds) InsertHeld(inUse sets.Set[structured.DeviceID], current func(namespace, name string) (string, bool)) {
+// InsertHeld adds the held devices to state as upstream's claim tracker
+// counts an allocation, dropping the holds whose fate is known: the claim
+// is gone or the view of it moved on (current returns its resource
+// version, false when gone), or the API showed the allocation was never
+// written. With shares (the allocator tracks DRAConsumableCapacity), a
+// shared result adds its share and its consumed capacity, leaving the rest
+// of the device to other shares; without, the whole device. It returns the
+// devices it added whole.
+func (h *Holds) InsertHeld(state structured.AllocatedState, shares bool, current func(namespace, name string) (string, bool)) sets.Set[structured.DeviceID] {
+	shares = shares && state.AllocatedSharedDeviceIDs != nil && state.AggregatedCapacity != nil
+	whole := sets.New[structured.DeviceID]()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for uid, hold := range h.held {
@@ -205,8 +232,18 @@ func (h *Holds) InsertHeld(inUse sets.Set[structured.DeviceID], current func(nam
 			delete(h.held, uid)
 			continue
 		}
-		for _, id := range hold.devices {
-			inUse.Insert(id)
+		whole.Insert(hold.devices.dedicated...)
+		if !shares {
+			for _, share := range hold.devices.shares {
+				whole.Insert(share.GetDeviceID())
+			}
+			continue
+		}
+		state.AllocatedSharedDeviceIDs.Insert(hold.devices.shares...)
+		for _, consumed := range hold.devices.consumed {
+			state.AggregatedCapacity.Insert(consumed)
 		}
 	}
+	state.AllocatedDevices.Insert(whole.UnsortedList()...)
+	return whole
 }

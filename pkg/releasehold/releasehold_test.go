@@ -6,8 +6,13 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 )
 
 // An allocation removed under a UID that no claim has (upstream signals the
@@ -26,5 +31,53 @@ func TestReleasedUnderATemporaryUIDIsForgotten(t *testing.T) {
 	}
 	if released, held := h.Sizes(); released > int(releasedFor/time.Second)+1 || held != 0 {
 		t.Errorf("after 1000 attempts a second apart: %d released allocations and %d holds kept, want at most %d and none", released, held, int(releasedFor/time.Second)+1)
+	}
+}
+
+// A held share counts as upstream's claim tracker counts one: with
+// DRAConsumableCapacity, its share and the capacity it consumes, so that
+// the rest of the device stays free for other shares; without, the whole
+// device. A dedicated result is the whole device either way, and an
+// admin-access result holds nothing.
+func TestHeldShareCountsAsAShare(t *testing.T) {
+	share := types.UID("share-1")
+	allocation := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "nic", Driver: "nic.example.com", Pool: "node-1", Device: "nic-0", ShareID: &share,
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"bandwidth": resource.MustParse("10Gi")}},
+		{Request: "gpu", Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-0"},
+		{Request: "monitor", Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-1", AdminAccess: ptr.To(true)},
+	}}}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c", ResourceVersion: "7"}}
+	same := func(string, string) (string, bool) { return "7", true }
+	nic := structured.MakeDeviceID("nic.example.com", "node-1", "nic-0")
+	gpu := structured.MakeDeviceID("gpu.example.com", "node-1", "gpu-0")
+
+	for _, shares := range []bool{true, false} {
+		h := &Holds{}
+		h.Released(claim.UID, allocation)
+		h.Restored(claim)
+		state := structured.AllocatedState{
+			AllocatedDevices:         sets.New[structured.DeviceID](),
+			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+		}
+		whole := h.InsertHeld(state, shares, same)
+		wantWhole := sets.New(gpu)
+		if !shares {
+			wantWhole.Insert(nic)
+		}
+		if !whole.Equal(wantWhole) || !state.AllocatedDevices.Equal(wantWhole) {
+			t.Errorf("shares=%v: whole %v, in use %v; want %v", shares, whole, state.AllocatedDevices, wantWhole)
+		}
+		wantShares := sets.New[structured.SharedDeviceID]()
+		if shares {
+			wantShares.Insert(structured.MakeSharedDeviceID(nic, &share))
+		}
+		if !state.AllocatedSharedDeviceIDs.Equal(wantShares) {
+			t.Errorf("shares=%v: shared IDs %v, want %v", shares, state.AllocatedSharedDeviceIDs, wantShares)
+		}
+		if got := state.AggregatedCapacity[nic]; shares && (got == nil || got["bandwidth"].Cmp(resource.MustParse("10Gi")) != 0) {
+			t.Errorf("shares=%v: consumed capacity of nic-0 %v, want 10Gi of bandwidth", shares, got)
+		}
 	}
 }

@@ -128,10 +128,10 @@ type inUseSeen struct {
 }
 
 // addWithheld adds the held and the withheld devices to state and
-// remembers it.
-func (t *claimTracker) addWithheld(state structured.AllocatedState) {
-	kept := sets.New[structured.DeviceID]()
-	t.holds.InsertHeld(kept, func(namespace, name string) (string, bool) {
+// remembers it; shares says the allocator tracks shared devices
+// (DRAConsumableCapacity), so that a held share is added as one.
+func (t *claimTracker) addWithheld(state structured.AllocatedState, shares bool) {
+	kept := t.holds.InsertHeld(state, shares, func(namespace, name string) (string, bool) {
 		claim, err := t.ResourceClaimTracker.Get(namespace, name)
 		if err != nil {
 			return "", false
@@ -155,7 +155,7 @@ func (t *claimTracker) addWithheld(state structured.AllocatedState) {
 func (t *claimTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
 	allocated, err := t.ResourceClaimTracker.ListAllAllocatedDevices()
 	if err == nil && allocated != nil {
-		t.addWithheld(structured.AllocatedState{AllocatedDevices: allocated})
+		t.addWithheld(structured.AllocatedState{AllocatedDevices: allocated}, false)
 	}
 	return allocated, err
 }
@@ -168,7 +168,7 @@ func (t *claimTracker) GatherAllocatedState() (*structured.AllocatedState, error
 		if state.AllocatedDevices == nil {
 			state.AllocatedDevices = sets.New[structured.DeviceID]()
 		}
-		t.addWithheld(*state)
+		t.addWithheld(*state, true)
 	}
 	return state, err
 }
