@@ -66,7 +66,15 @@ func TestTenantsLearnNothingOfEachOther(t *testing.T) {
 	t.Cleanup(func() { _ = env.client.RbacV1().ClusterRoles().Delete(platform.ctx, role, metav1.DeleteOptions{}) })
 	subject := rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: reader}
 	platform.bindCluster("drascope:resourcepool-reader", subject)
-	platform.bindCluster(role, subject)
+	// bindCluster names a binding after its subject: the second is made here.
+	if _, err := env.client.RbacV1().ClusterRoleBindings().Create(platform.ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{subject},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.client.RbacV1().ClusterRoleBindings().Delete(platform.ctx, role, metav1.DeleteOptions{}) })
 	waitForAccess(t, platform.ctx, reader, nil)
 
 	config := rest.CopyConfig(env.cp.Admin)
