@@ -261,3 +261,25 @@ func orderSlice(slice *resourceapi.ResourceSlice, use setUse, groups map[groupKe
 	}
 	return ordered
 }
+
+// OrderPools is Order for every pool among slices (as a slice lister lists
+// them), keeping each slice's position in the list.
+func OrderPools(all []*resourceapi.ResourceSlice, opts Options) []*resourceapi.ResourceSlice {
+	type poolID struct{ driver, pool string }
+	byPool := map[poolID][]int{}
+	for i, slice := range all {
+		id := poolID{slice.Spec.Driver, slice.Spec.Pool.Name}
+		byPool[id] = append(byPool[id], i)
+	}
+	out := slices.Clone(all)
+	for _, indexes := range byPool {
+		pool := make([]*resourceapi.ResourceSlice, len(indexes))
+		for j, i := range indexes {
+			pool[j] = all[i]
+		}
+		for j, ordered := range Order(pool, opts) {
+			out[indexes[j]] = ordered
+		}
+	}
+	return out
+}
