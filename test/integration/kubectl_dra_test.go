@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	drahealth "github.com/drascope/drascope/pkg/health"
 )
 
 func TestKubectlDRAPools(t *testing.T) {
@@ -467,4 +469,55 @@ func TestKubectlDRAPoolsWatch(t *testing.T) {
 	if len(got) != 3 || got[0][0] != "NAME" || !slices.Equal(got[1][4:], []string{"2", "0", "2", "0"}) {
 		t.Errorf("output rows %q: want the header, the pool before, and the pool after, once each", got)
 	}
+}
+
+// After an uninstall (or while drascope-scheduler is scaled to zero) the
+// DeviceTaintRules it wrote have no owner and nobody ends them:
+// kubectl dra pools names them, with the command that deletes them, once
+// the Lease is stale, and says nothing while a replica renews it. The
+// scheduler is stopped meanwhile: it would delete a rule it did not write
+// for an Unhealthy device.
+func TestKubectlDRANamesOrphanedTaintRules(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("gpus", 2)
+	s.waitForResourcePool(poolObjectName(t, node), "published", summaryIs(2, 0, 2, 0))
+	leases := env.client.CoordinationV1().Leases("kube-system")
+	restartScheduler(t, func() {
+		rule := drahealth.RuleFor(drahealth.Report{Device: drahealth.Device{Driver: driverName, Pool: node, Name: "gpu-0"},
+			Health: v1.ResourceHealthStatusUnhealthy, PodUID: "gone", Node: node, Since: time.Now()})
+		if _, err := env.client.ResourceV1().DeviceTaintRules().Create(s.ctx, rule, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.client.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{}) })
+		renew := func(at time.Time) {
+			t.Helper()
+			lease, err := leases.Get(s.ctx, "drascope-scheduler", metav1.GetOptions{})
+			if isNotFound(err) {
+				lease, err = leases.Create(s.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "drascope-scheduler"}}, metav1.CreateOptions{})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr.To("replica-a"), ptr.To[int32](15)
+			lease.Spec.RenewTime = &metav1.MicroTime{Time: at}
+			if _, err := leases.Update(s.ctx, lease, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pools := []string{"pools", "--node", node}
+		renew(time.Now())
+		if _, errOut, err := kubectlDRA(t, pools...); err != nil || strings.Contains(errOut, "DeviceTaintRule") {
+			t.Errorf("kubectl dra pools while a replica renews the Lease: err %v, warned:\n%s", err, errOut)
+		}
+		renew(time.Now().Add(-time.Hour))
+		out, errOut, err := kubectlDRA(t, pools...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(errOut+out, "1 DeviceTaintRule(s) written by drascope-scheduler") || !strings.Contains(errOut+out, "nobody renews the Lease kube-system/drascope-scheduler") ||
+			!strings.Contains(errOut+out, "kubectl delete devicetaintrules -l app.kubernetes.io/managed-by=drascope-scheduler") {
+			t.Errorf("kubectl dra pools with a stale Lease does not name the orphaned rule:\n%s%s", out, errOut)
+		}
+		_ = leases.Delete(s.ctx, "drascope-scheduler", metav1.DeleteOptions{})
+	})
 }
