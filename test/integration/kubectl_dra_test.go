@@ -488,7 +488,9 @@ func TestKubectlDRANamesOrphanedTaintRules(t *testing.T) {
 		if _, err := env.client.ResourceV1().DeviceTaintRules().Create(s.ctx, rule, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = env.client.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = env.client.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{})
+		})
 		renew := func(at time.Time) {
 			t.Helper()
 			lease, err := leases.Get(s.ctx, "drascope-scheduler", metav1.GetOptions{})

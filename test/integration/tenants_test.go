@@ -74,7 +74,9 @@ func TestTenantsLearnNothingOfEachOther(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.client.RbacV1().ClusterRoleBindings().Delete(platform.ctx, role, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.client.RbacV1().ClusterRoleBindings().Delete(platform.ctx, role, metav1.DeleteOptions{})
+	})
 	waitForAccess(t, platform.ctx, reader, nil)
 
 	config := rest.CopyConfig(env.cp.Admin)
