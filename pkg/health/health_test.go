@@ -990,8 +990,8 @@ func TestClearRequestedUsesTheServersTime(t *testing.T) {
 	server := metav1.NewTime(reported.Add(-time.Hour))
 	rule.Annotations[AnnotationClearRequested] = clk.Now().Format(time.RFC3339) // a client clock an hour ahead
 	rule.ManagedFields = []metav1.ManagedFieldsEntry{
-		{Manager: "drascope-scheduler", Time: &metav1.Time{Time: reported}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:drascope.dev/reporter-uid":{}}}}`)}},
-		{Manager: "kubectl-dra", Time: &server, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:drascope.dev/clear-requested-at":{}}}}`)}},
+		{Manager: "drascope-scheduler", Time: &metav1.Time{Time: reported}, FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{"f:drascope.dev/reporter-uid":{}}}}`)},
+		{Manager: "kubectl-dra", Time: &server, FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{"f:drascope.dev/clear-requested-at":{}}}}`)},
 	}
 	if at, ok := ClearRequested(rule); !ok || !at.Equal(server.Time) {
 		t.Errorf("ClearRequested = %v, %v; want the server's time %v", at, ok, server.Time)

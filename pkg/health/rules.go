@@ -248,7 +248,7 @@ func ClearRequested(rule *resourceapi.DeviceTaintRule) (time.Time, bool) {
 	field := `"f:` + AnnotationClearRequested + `"`
 	var at time.Time
 	for _, entry := range rule.ManagedFields {
-		if entry.Time != nil && entry.FieldsV1 != nil && strings.Contains(string(entry.FieldsV1.Raw), field) && entry.Time.After(at) {
+		if entry.Time != nil && entry.FieldsV1 != nil && strings.Contains(entry.FieldsV1.GetRawString(), field) && entry.Time.After(at) {
 			at = entry.Time.Time
 		}
 	}
