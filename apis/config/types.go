@@ -36,7 +36,21 @@ type DRAScopeArgs struct {
 	// Scoring configures how DRAScope ranks the nodes a pod fits on by how
 	// full their devices are.
 	Scoring ScoringArgs
+	// DeviceChoice says which devices of a node the allocator tries first.
+	DeviceChoice DeviceChoice
 }
+
+// DeviceChoice says which of a node's devices upstream's first-fit
+// allocator tries first.
+type DeviceChoice string
+
+const (
+	// DeviceChoiceFirstFit keeps the driver's order: upstream's choice.
+	DeviceChoiceFirstFit DeviceChoice = "FirstFit"
+	// DeviceChoiceBestFit orders each slice's devices so that partitions
+	// pack onto split devices and a pod's devices share a topology group.
+	DeviceChoiceBestFit DeviceChoice = "BestFit"
+)
 
 // ScoringStrategy says how DRAScope scores nodes by device use.
 type ScoringStrategy string

@@ -72,6 +72,7 @@ func TestLoadArgs(t *testing.T) {
 				PoolStatus:     defaultPoolStatus,
 				DeviceHealth:   defaultDeviceHealth,
 				Scoring:        config.ScoringArgs{Strategy: config.ScoringNone},
+				DeviceChoice:   config.DeviceChoiceFirstFit,
 			},
 		},
 		"explicit values are kept": {
@@ -92,6 +93,7 @@ func TestLoadArgs(t *testing.T) {
         unhealthyHoldTime: 90s
       scoring:
         strategy: MostAllocated
+      deviceChoice: BestFit
 `,
 			want: &config.DRAScopeArgs{
 				FilterTimeout:  &metav1.Duration{Duration: 3 * time.Second},
@@ -100,6 +102,7 @@ func TestLoadArgs(t *testing.T) {
 				PoolStatus:     config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: 250 * time.Millisecond}, MaxWritesPerSecond: 20, MaxPublishDelay: metav1.Duration{Duration: 4 * time.Second}},
 				DeviceHealth:   config.DeviceHealthArgs{Policy: config.DeviceHealthIgnore, UnhealthyHoldTime: metav1.Duration{Duration: 90 * time.Second}},
 				Scoring:        config.ScoringArgs{Strategy: config.ScoringMostAllocated},
+				DeviceChoice:   config.DeviceChoiceBestFit,
 			},
 		},
 		"zero filterTimeout disables the limit and is kept": {
@@ -115,6 +118,7 @@ func TestLoadArgs(t *testing.T) {
 				PoolStatus:     defaultPoolStatus,
 				DeviceHealth:   defaultDeviceHealth,
 				Scoring:        config.ScoringArgs{Strategy: config.ScoringNone},
+				DeviceChoice:   config.DeviceChoiceFirstFit,
 			},
 		},
 		"unknown top-level field": {

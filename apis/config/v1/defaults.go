@@ -60,4 +60,7 @@ func SetDefaults_DRAScopeArgs(obj *DRAScopeArgs) {
 	if obj.Scoring.Strategy == "" {
 		obj.Scoring.Strategy = ScoringNone
 	}
+	if obj.DeviceChoice == "" {
+		obj.DeviceChoice = DeviceChoiceFirstFit
+	}
 }

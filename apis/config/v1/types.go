@@ -42,7 +42,27 @@ type DRAScopeArgs struct {
 	// (docs/scoring.md).
 	// +optional
 	Scoring ScoringArgs `json:"scoring"`
+	// DeviceChoice says which devices of a node upstream's first-fit
+	// allocator tries first (docs/scoring.md, "Which device"): FirstFit
+	// (default: the driver's order, upstream's choice) or BestFit
+	// (partitions of partly used physical devices first, so whole devices
+	// stay whole; a pod's devices under one PCIe root where one has room).
+	// It orders only: whether a pod fits never changes.
+	// +optional
+	DeviceChoice DeviceChoice `json:"deviceChoice,omitempty"`
 }
+
+// DeviceChoice says which of a node's devices upstream's first-fit
+// allocator tries first.
+type DeviceChoice string
+
+const (
+	// DeviceChoiceFirstFit keeps the driver's order: upstream's choice.
+	DeviceChoiceFirstFit DeviceChoice = "FirstFit"
+	// DeviceChoiceBestFit orders each slice's devices so that partitions
+	// pack onto split devices and a pod's devices share a topology group.
+	DeviceChoiceBestFit DeviceChoice = "BestFit"
+)
 
 // ScoringStrategy says how DRAScope scores nodes by device use.
 type ScoringStrategy string

@@ -129,6 +129,7 @@ func autoConvert_v1_DRAScopeArgs_To_config_DRAScopeArgs(in *DRAScopeArgs, out *c
 	if err := Convert_v1_ScoringArgs_To_config_ScoringArgs(&in.Scoring, &out.Scoring, s); err != nil {
 		return err
 	}
+	out.DeviceChoice = config.DeviceChoice(in.DeviceChoice)
 	return nil
 }
 
@@ -152,6 +153,7 @@ func autoConvert_config_DRAScopeArgs_To_v1_DRAScopeArgs(in *config.DRAScopeArgs,
 	if err := Convert_config_ScoringArgs_To_v1_ScoringArgs(&in.Scoring, &out.Scoring, s); err != nil {
 		return err
 	}
+	out.DeviceChoice = DeviceChoice(in.DeviceChoice)
 	return nil
 }
 

@@ -63,6 +63,13 @@ func ValidateDRAScopeArgs(path *field.Path, args *config.DRAScopeArgs, fts featu
 		allErrs = append(allErrs, field.NotSupported(path.Child("scoring", "strategy"),
 			args.Scoring.Strategy, []config.ScoringStrategy{config.ScoringNone, config.ScoringMostAllocated, config.ScoringLeastAllocated}))
 	}
+	switch args.DeviceChoice {
+	// Unset is FirstFit: defaulting sets it, and args built in code may not.
+	case "", config.DeviceChoiceFirstFit, config.DeviceChoiceBestFit:
+	default:
+		allErrs = append(allErrs, field.NotSupported(path.Child("deviceChoice"),
+			args.DeviceChoice, []config.DeviceChoice{config.DeviceChoiceFirstFit, config.DeviceChoiceBestFit}))
+	}
 	err := schedvalidation.ValidateDynamicResourcesArgs(path, upstream, fts)
 	if err == nil {
 		return allErrs

@@ -90,6 +90,11 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 			fts:      allGates,
 			wantErrs: []string{`pluginConfig[DRAScope].args.deviceHealth.unhealthyHoldTime: Invalid value: "-1m0s": must be positive`},
 		},
+		"unknown deviceChoice": {
+			args:     config.DRAScopeArgs{DeviceChoice: "WorstFit"},
+			fts:      allGates,
+			wantErrs: []string{`pluginConfig[DRAScope].args.deviceChoice: Unsupported value: "WorstFit": supported values: "FirstFit", "BestFit"`},
+		},
 		"unknown scoring.strategy": {
 			args:     config.DRAScopeArgs{Scoring: config.ScoringArgs{Strategy: "BinPack"}},
 			fts:      allGates,

@@ -50,20 +50,26 @@ type countersIgnored struct{ atomic.Bool }
 
 // ResourceSlices is what upstream's PreFilter lists slices through.
 func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
-	return slicesWithoutCounters{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, capture: &m.capture}
+	return slicesWithoutCounters{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, capture: &m.capture, bestFit: m.bestFit}
 }
 
 // slicesWithoutCounters lists the scheduler's slices and, while ignore is
-// set, hands them out with every device consuming zero of each counter. It
+// set, hands them out with every device consuming zero of each counter;
+// with bestFit, each slice's devices in BestFit order (devicechoice.go). It
 // hands what it handed out to the cycle's capture.
 type slicesWithoutCounters struct {
 	fwk.ResourceSliceLister
 	ignore  *countersIgnored
 	capture *cycleCapture
+	bestFit *bestFit
 }
 
 func (l slicesWithoutCounters) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
 	slices, err := l.ResourceSliceLister.ListWithDeviceTaintRules()
+	if err == nil && l.bestFit != nil {
+		// Before the counters go: the order reads what devices consume.
+		slices = l.bestFit.order(slices, l.capture)
+	}
 	if err == nil && l.ignore.Load() {
 		slices = withZeroCounterConsumption(slices)
 	}

@@ -24,6 +24,7 @@ func TestDecodeArgsDefaultsNil(t *testing.T) {
 		PoolStatus:     config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}},
 		DeviceHealth:   config.DeviceHealthArgs{UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}},
 		Scoring:        config.ScoringArgs{Strategy: config.ScoringNone},
+		DeviceChoice:   config.DeviceChoiceFirstFit,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("args (-want +got):\n%s", diff)

@@ -155,48 +155,8 @@ func TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom(t *testing.T) {
 				// allocated there.
 				objects = append(objects, captureClaim("in-flight"))
 			}
-			client := fake.NewSimpleClientset(objects...)
-			factory := informers.NewSharedInformerFactory(client, 0)
-			slices, err := resourceslicetracker.StartTracker(ctx, resourceslicetracker.Options{
-				SliceInformer: factory.Resource().V1().ResourceSlices(),
-				KubeClient:    client,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			claims := assumecache.NewAssumeCache(klog.FromContext(ctx), factory.Resource().V1().ResourceClaims().Informer(), "resource claim", "", nil)
-			synced := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{})
-			shared := dynamicresources.NewDRAManager(ctx, claims, slices, factory)
-			fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
-				frameworkruntime.WithClientSet(client),
-				frameworkruntime.WithInformerFactory(factory),
-				frameworkruntime.WithEventRecorder(&events.FakeRecorder{}),
-				frameworkruntime.WithSharedDRAManager(shared),
-			)
-			if err != nil {
-				t.Fatal(err)
-			}
-			factory.Start(ctx.Done())
-			defer func() {
-				// The informers end with ctx, and Shutdown waits for them.
-				cancel()
-				factory.Shutdown()
-			}()
-			factory.WaitForCacheSync(ctx.Done())
-			cache.WaitFor(ctx, "handlers", synced.HasSyncedChecker(), slices.HasSyncedChecker())
-
-			recording := &recordingManager{
-				SharedDRAManager: shared,
-				claims:           &recordingTracker{ResourceClaimTracker: shared.ResourceClaims()},
-				slices:           &recordingSlices{ResourceSliceLister: shared.ResourceSlices()},
-			}
-			manager := newDRAManager(recording, nil, nil, nil)
 			fts := feature.Features{EnableDynamicResourceAllocation: true, EnableDRAConsumableCapacity: tc.consumable}
-			plugin, err := dynamicresources.New(ctx, &schedconfig.DynamicResourcesArgs{}, &decoratedHandle{Handle: fh, draManager: manager}, fts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			upstream := plugin.(*dynamicresources.DynamicResources)
+			upstream, manager, recording := upstreamThroughDecorator(ctx, t, objects, fts, nil)
 			if len(tc.inFlight) == 2 {
 				other := captureClaim("in-flight", tc.inFlight...)
 				if err := manager.ResourceClaims().SignalClaimPendingAllocation(other.UID, other); err != nil {
@@ -259,4 +219,59 @@ func TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom(t *testing.T) {
 			}
 		})
 	}
+}
+
+// upstreamThroughDecorator builds upstream's DynamicResources plugin as its
+// own tests set it up (informers on a fake clientset holding objects, the
+// slice tracker, the assume cache, the scheduler's DRA manager), with
+// drascope's decorator between it and the manager, and a recording
+// manager under the decorator. configure, when set, adjusts the decorator
+// before upstream is built. The informers run until ctx ends.
+func upstreamThroughDecorator(ctx context.Context, t *testing.T, objects []runtime.Object, fts feature.Features, configure func(*draManager)) (*dynamicresources.DynamicResources, *draManager, *recordingManager) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	client := fake.NewSimpleClientset(objects...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	slices, err := resourceslicetracker.StartTracker(ctx, resourceslicetracker.Options{
+		SliceInformer: factory.Resource().V1().ResourceSlices(),
+		KubeClient:    client,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := assumecache.NewAssumeCache(klog.FromContext(ctx), factory.Resource().V1().ResourceClaims().Informer(), "resource claim", "", nil)
+	synced := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{})
+	shared := dynamicresources.NewDRAManager(ctx, claims, slices, factory)
+	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
+		frameworkruntime.WithClientSet(client),
+		frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithEventRecorder(&events.FakeRecorder{}),
+		frameworkruntime.WithSharedDRAManager(shared),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	t.Cleanup(func() {
+		// The informers end with ctx, and Shutdown waits for them.
+		cancel()
+		factory.Shutdown()
+	})
+	factory.WaitForCacheSync(ctx.Done())
+	cache.WaitFor(ctx, "handlers", synced.HasSyncedChecker(), slices.HasSyncedChecker())
+
+	recording := &recordingManager{
+		SharedDRAManager: shared,
+		claims:           &recordingTracker{ResourceClaimTracker: shared.ResourceClaims()},
+		slices:           &recordingSlices{ResourceSliceLister: shared.ResourceSlices()},
+	}
+	manager := newDRAManager(recording, nil, nil, nil)
+	if configure != nil {
+		configure(manager)
+	}
+	plugin, err := dynamicresources.New(ctx, &schedconfig.DynamicResourcesArgs{}, &decoratedHandle{Handle: fh, draManager: manager}, fts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plugin.(*dynamicresources.DynamicResources), manager, recording
 }

@@ -56,6 +56,9 @@ type draManager struct {
 	// capture is what upstream's PreFilter built the cycle's allocator
 	// from (capture.go): node pruning and preemption's dry runs read it.
 	capture cycleCapture
+	// bestFit orders the listed slices (deviceChoice: BestFit); nil keeps
+	// the driver's order.
+	bestFit *bestFit
 }
 
 // newDRAManager decorates the scheduler's shared DRA manager for one

@@ -144,6 +144,9 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 			pl.classes = fh.SharedInformerFactory().Resource().V1().DeviceClasses().Lister()
 		}
 		manager := newDRAManager(fh.SharedDRAManager(), pl.pools, withheld, rt.Holds())
+		if args.DeviceChoice == config.DeviceChoiceBestFit {
+			manager.bestFit = &bestFit{}
+		}
 		handle = &decoratedHandle{Handle: fh, draManager: manager}
 		pl.claims, pl.manager = manager.ResourceClaims(), manager
 		pl.pods = fh.SharedInformerFactory().Core().V1().Pods().Lister()
@@ -227,6 +230,9 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	if pl.enabled && len(pod.Spec.ResourceClaims) > 0 {
 		claims, gathered = pl.claimsOf(pod), true
 		state.Write(podClaimsKey, claims)
+	}
+	if pl.manager != nil && pl.manager.bestFit != nil {
+		pl.manager.bestFit.want.Store(int32(wantedDevices(claims)))
 	}
 	if pl.health != nil {
 		withheld := &withheldDevices{}

@@ -1,0 +1,54 @@
+package drascope
+
+import (
+	"sync/atomic"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/drascope/drascope/pkg/devicechoice"
+)
+
+// bestFit orders the slices upstream's PreFilter lists for its allocator
+// (deviceChoice: BestFit; pkg/devicechoice): the allocator keeps the order
+// of the devices inside a slice, so it then tries them in that order. It
+// reads the in-use set upstream gathered just before listing, from the
+// cycle's capture, and how many devices the pod asks for, which PreFilter
+// stores before upstream's PreFilter runs. Scheduling cycles run one at a
+// time, so one value per profile serves.
+type bestFit struct {
+	want atomic.Int32
+}
+
+// order returns the slices in BestFit order, from what the cycle captured
+// as in use; without it (a listing outside upstream's PreFilter), as they
+// are.
+func (b *bestFit) order(slices []*resourceapi.ResourceSlice, capture *cycleCapture) []*resourceapi.ResourceSlice {
+	seen := capture.inUse.Load()
+	if b == nil || seen == nil {
+		return slices
+	}
+	inUse := seen.state.AllocatedDevices
+	return devicechoice.OrderPools(slices, devicechoice.Options{
+		InUse: func(id structured.DeviceID) bool { return inUse.Has(id) },
+		Want:  int(b.want.Load()),
+	})
+}
+
+// wantedDevices counts the devices the claims ask for by count: each
+// request's count (the first alternative of a prioritized list); requests
+// for all devices of a class count nothing.
+func wantedDevices(claims *podClaims) int {
+	n := 0
+	for _, claim := range claims.toAllocate {
+		for _, request := range claim.Spec.Devices.Requests {
+			switch {
+			case request.Exactly != nil && request.Exactly.AllocationMode != resourceapi.DeviceAllocationModeAll:
+				n += int(max(request.Exactly.Count, 1))
+			case len(request.FirstAvailable) > 0 && request.FirstAvailable[0].AllocationMode != resourceapi.DeviceAllocationModeAll:
+				n += int(max(request.FirstAvailable[0].Count, 1))
+			}
+		}
+	}
+	return n
+}
