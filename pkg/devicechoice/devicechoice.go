@@ -256,8 +256,10 @@ func orderSlice(slice *resourceapi.ResourceSlice, use setUse, groups map[groupKe
 		return slice
 	}
 	ordered := slice.DeepCopy()
+	copied := ordered.Spec.Devices
+	ordered.Spec.Devices = make([]resourceapi.Device, n)
 	for i, k := range keys {
-		ordered.Spec.Devices[i] = *slice.Spec.Devices[k.index].DeepCopy()
+		ordered.Spec.Devices[i] = copied[k.index]
 	}
 	return ordered
 }
@@ -266,10 +268,19 @@ func orderSlice(slice *resourceapi.ResourceSlice, use setUse, groups map[groupKe
 // them), keeping each slice's position in the list.
 func OrderPools(all []*resourceapi.ResourceSlice, opts Options) []*resourceapi.ResourceSlice {
 	type poolID struct{ driver, pool string }
+	// Only the pool's newest generation is ordered: older slices a lister
+	// still returns would count devices twice; they pass through.
+	newest := map[poolID]int64{}
+	for _, slice := range all {
+		id := poolID{slice.Spec.Driver, slice.Spec.Pool.Name}
+		newest[id] = max(newest[id], slice.Spec.Pool.Generation)
+	}
 	byPool := map[poolID][]int{}
 	for i, slice := range all {
 		id := poolID{slice.Spec.Driver, slice.Spec.Pool.Name}
-		byPool[id] = append(byPool[id], i)
+		if slice.Spec.Pool.Generation == newest[id] {
+			byPool[id] = append(byPool[id], i)
+		}
 	}
 	out := slices.Clone(all)
 	for _, indexes := range byPool {

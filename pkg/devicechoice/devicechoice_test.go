@@ -136,3 +136,24 @@ func TestNothingIsExcluded(t *testing.T) {
 		}
 	}
 }
+
+// A lister may still return a pool's older generation: it passes through,
+// and the newest is ordered from its own counters alone.
+func TestOrderPoolsOrdersTheNewestGeneration(t *testing.T) {
+	old := partitionable(2)
+	for _, s := range old {
+		s.Spec.Pool.Generation = 1
+	}
+	current := partitionable(2)
+	for _, s := range current {
+		s.Spec.Pool.Generation = 2
+	}
+	all := append(append([]*resourceapi.ResourceSlice{}, old...), current...)
+	out := OrderPools(all, Options{InUse: inUse("gpu-1-partition-0")})
+	if out[1] != old[1] {
+		t.Error("the older generation's devices were reordered")
+	}
+	if got := names(out[3])[0]; got != "gpu-1-full" {
+		t.Errorf("the newest generation starts with %s, want gpu-1-full (gpu-1 is split)", got)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned/fake"
 	"github.com/drascope/drascope/pkg/poolcache"
+	"k8s.io/apimachinery/pkg/util/uuid"
 )
 
 // The publisher's sync logic on a fake clientset: what it writes for a
@@ -74,6 +75,14 @@ func startPublisher(t *testing.T, cache *poolcache.Cache, objects ...runtime.Obj
 	for _, verb := range []string{"create", "update", "delete"} {
 		client.PrependReactor(verb, "resourcepools", log.record)
 	}
+	// The fake assigns no UIDs; the server does, and the publisher tells
+	// objects apart by them.
+	client.PrependReactor("create", "resourcepools", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if rp, ok := action.(clienttesting.CreateAction).GetObject().(*v1alpha1.ResourcePool); ok && rp.UID == "" {
+			rp.UID = uuid.NewUUID()
+		}
+		return false, nil, nil
+	})
 	p := New(cache, client, Options{MinInterval: 10 * time.Millisecond, MaxDelay: time.Second, DeviceHealthPolicy: "Taint", Synced: func() bool { return true }})
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -131,7 +140,7 @@ func TestPublisherFollowsAPool(t *testing.T) {
 func TestPublisherDeletesOrphans(t *testing.T) {
 	cache := poolcache.New(poolcache.Options{})
 	name, _ := v1alpha1.PlainName(testDriver, "gone")
-	orphan := &v1alpha1.ResourcePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.ResourcePoolSpec{Driver: testDriver, PoolName: "gone"}}
+	orphan := &v1alpha1.ResourcePool{ObjectMeta: metav1.ObjectMeta{Name: name, UID: "uid-orphan"}, Spec: v1alpha1.ResourcePoolSpec{Driver: testDriver, PoolName: "gone"}}
 	client, log := startPublisher(t, cache, orphan)
 	waitForObject(t, client, name, "deleted as an orphan", func(_ *v1alpha1.ResourcePool, err error) bool { return err != nil })
 	if log.verbs["delete"] != 1 || log.total() != 1 {

@@ -64,7 +64,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		return false
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	t, factory, err := p.newTerm(ctx, cancel)
+	t, factory, err := p.newTerm(cancel)
 	defer func() {
 		// End the informer before the queue.
 		cancel()
@@ -141,7 +141,7 @@ func (p *Publisher) waitForCRD(ctx context.Context) bool {
 // newTerm makes a term's queue and its informer of ResourcePools, indexed
 // by pool and feeding the queue; the caller starts the factory and shuts
 // it and the queue down.
-func (p *Publisher) newTerm(ctx context.Context, stop context.CancelFunc) (*term, externalversions.SharedInformerFactory, error) {
+func (p *Publisher) newTerm(stop context.CancelFunc) (*term, externalversions.SharedInformerFactory, error) {
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[drausage.PoolID](200*time.Millisecond, 30*time.Second),
 		// KEP-5677's name: workqueue_depth{name="resourcepool"} and the
@@ -203,6 +203,10 @@ const deletedFor = time.Minute
 // than deletedFor, so that pool churn does not grow the set. The caller
 // holds the publisher's lock.
 func (t *term) noteDeleted(uid types.UID, now time.Time) {
+	if uid == "" {
+		// No object the server made: nothing to tell apart.
+		return
+	}
 	for old, at := range t.deleted {
 		if now.Sub(at) > deletedFor {
 			delete(t.deleted, old)

@@ -56,7 +56,14 @@ func TestBestFitChoosesThroughUpstreamsAllocator(t *testing.T) {
 			node.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
 			state := framework.NewCycleState()
 			manager.capture.begin()
-			if _, status := upstream.PreFilter(ctx, state, pod, []fwk.NodeInfo{node}); !status.IsSuccess() {
+			if manager.bestFit != nil {
+				manager.bestFit.active.Store(true)
+			}
+			_, status := upstream.PreFilter(ctx, state, pod, []fwk.NodeInfo{node})
+			if manager.bestFit != nil {
+				manager.bestFit.active.Store(false)
+			}
+			if !status.IsSuccess() {
 				t.Fatalf("upstream's PreFilter: %v", status)
 			}
 			if status := upstream.Filter(ctx, state, pod, node); !status.IsSuccess() {

@@ -18,6 +18,9 @@ import (
 // time, so one value per profile serves.
 type bestFit struct {
 	want atomic.Int32
+	// active is set while upstream's PreFilter runs: only its listing
+	// builds the allocator (Filter's node-allocatable lookups list too).
+	active atomic.Bool
 }
 
 // order returns the slices in BestFit order, from what the cycle captured
@@ -25,7 +28,7 @@ type bestFit struct {
 // are.
 func (b *bestFit) order(slices []*resourceapi.ResourceSlice, capture *cycleCapture) []*resourceapi.ResourceSlice {
 	seen := capture.inUse.Load()
-	if b == nil || seen == nil {
+	if !b.active.Load() || seen == nil {
 		return slices
 	}
 	inUse := seen.state.AllocatedDevices

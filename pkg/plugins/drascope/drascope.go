@@ -241,7 +241,13 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		}
 		state.Write(withheldStateKey, withheld)
 	}
+	if pl.manager != nil && pl.manager.bestFit != nil {
+		pl.manager.bestFit.active.Store(true)
+	}
 	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
+	if pl.manager != nil && pl.manager.bestFit != nil {
+		pl.manager.bestFit.active.Store(false)
+	}
 	if !status.IsSuccess() || !pl.enabled {
 		return result, status
 	}
