@@ -13,10 +13,11 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
+	"k8s.io/apimachinery/pkg/util/uuid"
+
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned/fake"
 	"github.com/drascope/drascope/pkg/poolcache"
-	"k8s.io/apimachinery/pkg/util/uuid"
 )
 
 // The publisher's sync logic on a fake clientset: what it writes for a
