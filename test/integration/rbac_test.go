@@ -63,10 +63,7 @@ func (s *scenario) bindCluster(role string, subject rbacv1.Subject) {
 
 // listResourcePoolsAs lists ResourcePools impersonating user in groups.
 func listResourcePoolsAs(ctx context.Context, user string, groups []string) error {
-	config := rest.CopyConfig(env.cp.Admin)
-	config.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append([]string{"system:authenticated"}, groups...)}
-	config.ContentType = "application/json"
-	client, err := versioned.NewForConfig(config)
+	client, err := versioned.NewForConfig(impersonating(user, groups...))
 	if err != nil {
 		return err
 	}
@@ -89,4 +86,13 @@ func waitForAccess(t *testing.T, ctx context.Context, user string, groups []stri
 	if err != nil {
 		t.Fatalf("user %s (groups %v) may not list ResourcePools: %v", user, groups, last)
 	}
+}
+
+// impersonating is the admin's client config acting as user, authenticated,
+// in groups; JSON, which ResourcePools (a custom resource) speak.
+func impersonating(user string, groups ...string) *rest.Config {
+	config := rest.CopyConfig(env.cp.Admin)
+	config.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append([]string{"system:authenticated"}, groups...)}
+	config.ContentType = "application/json"
+	return config
 }

@@ -9,7 +9,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
@@ -79,9 +78,7 @@ func TestTenantsLearnNothingOfEachOther(t *testing.T) {
 	})
 	waitForAccess(t, platform.ctx, reader, nil)
 
-	config := rest.CopyConfig(env.cp.Admin)
-	config.Impersonate = rest.ImpersonationConfig{UserName: reader, Groups: []string{"system:authenticated"}}
-	config.ContentType = "application/json"
+	config := impersonating(reader)
 	pools, err := versioned.NewForConfig(config)
 	if err != nil {
 		t.Fatal(err)

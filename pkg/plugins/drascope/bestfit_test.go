@@ -35,10 +35,7 @@ func TestBestFitChoosesThroughUpstreamsAllocator(t *testing.T) {
 				slice.Spec.Devices[i].Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"resource.kubernetes.io/pcieRoot": {StringValue: ptr.To(root)}}
 			}
 			mine := captureClaim("mine")
-			pod := &v1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pod", UID: "uid-pod"},
-				Spec:       v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(mine.Name)}}},
-			}
+			pod := capturePod(mine)
 			objects := []runtime.Object{
 				&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver}},
 				slice, mine, pod, captureClaim("held", "node-1", "gpu-0"),

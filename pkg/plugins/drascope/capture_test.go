@@ -107,6 +107,14 @@ func captureClaim(name string, allocatedOn ...string) *resourceapi.ResourceClaim
 	return claim
 }
 
+// capturePod is the pod that asks for claim.
+func capturePod(claim *resourceapi.ResourceClaim) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pod", UID: "uid-pod"},
+		Spec:       v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim.Name)}}},
+	}
+}
+
 // TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom runs upstream's real
 // PreFilter and Filter (the v1.37.1 dynamicresources plugin, set up as its
 // own tests set it up) through drascope's decorated handle, on a table of
@@ -139,10 +147,7 @@ func TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom(t *testing.T) {
 			defer cancel()
 
 			mine := captureClaim("mine")
-			pod := &v1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pod", UID: "uid-pod"},
-				Spec:       v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(mine.Name)}}},
-			}
+			pod := capturePod(mine)
 			objects := []runtime.Object{
 				&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver}},
 				captureSlice("node-1", 2), captureSlice("node-2", 2), mine, pod,
