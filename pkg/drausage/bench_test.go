@@ -27,10 +27,10 @@ func BenchmarkComputePool(b *testing.B) {
 			}
 			var claims []*resourceapi.ResourceClaim
 			for d := 0; d < devices/2; d++ {
-				claims = append(claims, allocated(fmt.Sprintf("c-%d", d), onDevice("node-1", fmt.Sprintf("gpu-%d", d))))
+				claims = append(claims, allocatedClaim(fmt.Sprintf("c-%d", d), onDevice("node-1", fmt.Sprintf("gpu-%d", d))))
 			}
 			for d := 0; d < devices; d += 8 {
-				claims = append(claims, allocated(fmt.Sprintf("admin-%d", d), admin(onDevice("node-1", fmt.Sprintf("gpu-%d", d)))))
+				claims = append(claims, allocatedClaim(fmt.Sprintf("admin-%d", d), admin(onDevice("node-1", fmt.Sprintf("gpu-%d", d)))))
 			}
 			b.ReportAllocs()
 			b.ResetTimer()

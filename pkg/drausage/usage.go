@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/allocated"
 )
 
 // MaxValidationErrors is how many validation messages a pool keeps; the rest
@@ -447,10 +449,12 @@ func collectAllocations(id PoolID, claims []*resourceapi.ResourceClaim, devices 
 				continue
 			}
 			a := Allocation{Claim: ref, Request: result.Request, ShareID: result.ShareID, ConsumedCapacity: result.ConsumedCapacity}
-			switch {
-			case ptr.Deref(result.AdminAccess, false):
+			// Counted as the allocator counts: a ShareID is always a
+			// share here, as the claim says, whatever the gates.
+			switch allocated.HoldOf(&result, true) {
+			case allocated.Nothing:
 				d.admin = append(d.admin, a)
-			case result.ShareID != nil:
+			case allocated.Share:
 				d.shares++
 				d.allocations = append(d.allocations, a)
 				for name, q := range result.ConsumedCapacity {

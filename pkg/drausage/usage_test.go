@@ -44,7 +44,7 @@ func onDevice(pool, device string) res {
 	return res{Request: "gpu", Driver: testDriver, Pool: pool, Device: device}
 }
 
-func allocated(name string, results ...res) *resourceapi.ResourceClaim {
+func allocatedClaim(name string, results ...res) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
 		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
@@ -120,8 +120,8 @@ func TestComputePoolUsage(t *testing.T) {
 		"allocated device, claims for other pools ignored": {
 			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1")...)},
 			claims: []*resourceapi.ResourceClaim{
-				allocated("a", onDevice("node-1", "gpu-0")),
-				allocated("elsewhere", onDevice("node-2", "gpu-1")),
+				allocatedClaim("a", onDevice("node-1", "gpu-0")),
+				allocatedClaim("elsewhere", onDevice("node-2", "gpu-1")),
 				{ObjectMeta: metav1.ObjectMeta{Name: "pending"}},
 			},
 			wantStates: map[string]string{"gpu-0": "Allocated", "gpu-1": "Available"},
@@ -131,9 +131,9 @@ func TestComputePoolUsage(t *testing.T) {
 		"admin access never counts": {
 			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1")...)},
 			claims: []*resourceapi.ResourceClaim{
-				allocated("ordinary", onDevice("node-1", "gpu-0")),
-				allocated("monitor-0", admin(onDevice("node-1", "gpu-0"))),
-				allocated("monitor-1", admin(onDevice("node-1", "gpu-1"))),
+				allocatedClaim("ordinary", onDevice("node-1", "gpu-0")),
+				allocatedClaim("monitor-0", admin(onDevice("node-1", "gpu-0"))),
+				allocatedClaim("monitor-1", admin(onDevice("node-1", "gpu-1"))),
 			},
 			wantStates: map[string]string{"gpu-0": "Allocated", "gpu-1": "Available"},
 			wantSum:    Summary{Total: 2, Allocated: 1, Available: 1},
@@ -177,7 +177,7 @@ func TestComputePoolUsage(t *testing.T) {
 		},
 		"taints: NoSchedule on a free device; None is no taint; an allocated tainted device stays allocated": {
 			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, tainted, prefer, dev("gpu-0"), dev("ruled"), dev("ruled-busy"))},
-			claims: []*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "ruled-busy"))},
+			claims: []*resourceapi.ResourceClaim{allocatedClaim("a", onDevice("node-1", "ruled-busy"))},
 			opts: Options{DeviceTaintRules: []*resourceapi.DeviceTaintRule{
 				{Spec: resourceapi.DeviceTaintRuleSpec{
 					DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(testDriver), Pool: ptr.To("node-1"), Device: ptr.To("ruled")},
@@ -202,10 +202,10 @@ func TestComputePoolUsage(t *testing.T) {
 		"consumable capacity: partially, then fully allocated": {
 			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, shared, func() resourceapi.Device { d := shared; d.Name = "shared-full"; return d }())},
 			claims: []*resourceapi.ResourceClaim{
-				allocated("a", consume(share(onDevice("node-1", "shared"), "1"), "2Gi")),
-				allocated("b", consume(share(onDevice("node-1", "shared"), "2"), "2Gi")),
-				allocated("c", consume(share(onDevice("node-1", "shared-full"), "3"), "6Gi")),
-				allocated("d", consume(share(onDevice("node-1", "shared-full"), "4"), "2Gi")),
+				allocatedClaim("a", consume(share(onDevice("node-1", "shared"), "1"), "2Gi")),
+				allocatedClaim("b", consume(share(onDevice("node-1", "shared"), "2"), "2Gi")),
+				allocatedClaim("c", consume(share(onDevice("node-1", "shared-full"), "3"), "6Gi")),
+				allocatedClaim("d", consume(share(onDevice("node-1", "shared-full"), "4"), "2Gi")),
 			},
 			wantStates: map[string]string{"shared": "PartiallyAllocated", "shared-full": "Allocated"},
 			wantSum:    Summary{Total: 2, Allocated: 2, PartiallyAllocated: 1},
@@ -213,7 +213,7 @@ func TestComputePoolUsage(t *testing.T) {
 		},
 		"partitionable: counters exhausted by other allocations": {
 			slices:     []*resourceapi.ResourceSlice{counters, partitions},
-			claims:     []*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "half-a"))},
+			claims:     []*resourceapi.ResourceClaim{allocatedClaim("a", onDevice("node-1", "half-a"))},
 			wantStates: map[string]string{"whole": "Unavailable (CountersExhausted)", "half-a": "Allocated", "half-b": "Available"},
 			wantSum:    Summary{Total: 3, Allocated: 1, Unavailable: 1, Available: 1},
 			complete:   true, valid: true,
@@ -221,8 +221,8 @@ func TestComputePoolUsage(t *testing.T) {
 		"conflict: one device allocated to two claims": {
 			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0")...)},
 			claims: []*resourceapi.ResourceClaim{
-				allocated("first", onDevice("node-1", "gpu-0")),
-				allocated("second", onDevice("node-1", "gpu-0")),
+				allocatedClaim("first", onDevice("node-1", "gpu-0")),
+				allocatedClaim("second", onDevice("node-1", "gpu-0")),
 			},
 			wantStates:    map[string]string{"gpu-0": "Allocated"},
 			wantSum:       Summary{Total: 1, Allocated: 1},
@@ -232,8 +232,8 @@ func TestComputePoolUsage(t *testing.T) {
 		"conflict: shares consume more than the capacity": {
 			slices: []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, shared)},
 			claims: []*resourceapi.ResourceClaim{
-				allocated("a", consume(share(onDevice("node-1", "shared"), "1"), "6Gi")),
-				allocated("b", consume(share(onDevice("node-1", "shared"), "2"), "6Gi")),
+				allocatedClaim("a", consume(share(onDevice("node-1", "shared"), "1"), "6Gi")),
+				allocatedClaim("b", consume(share(onDevice("node-1", "shared"), "2"), "6Gi")),
 			},
 			wantStates:    map[string]string{"shared": "Allocated"},
 			wantSum:       Summary{Total: 1, Allocated: 1},
@@ -243,8 +243,8 @@ func TestComputePoolUsage(t *testing.T) {
 		"conflict: two partitions that together exceed the shared counter": {
 			slices: []*resourceapi.ResourceSlice{counters, partitions},
 			claims: []*resourceapi.ResourceClaim{
-				allocated("a", onDevice("node-1", "whole")),
-				allocated("b", onDevice("node-1", "half-a")),
+				allocatedClaim("a", onDevice("node-1", "whole")),
+				allocatedClaim("b", onDevice("node-1", "half-a")),
 			},
 			wantStates:    map[string]string{"whole": "Allocated", "half-a": "Allocated", "half-b": "Unavailable (CountersExhausted)"},
 			wantSum:       Summary{Total: 3, Allocated: 2, Unavailable: 1},
@@ -258,8 +258,8 @@ func TestComputePoolUsage(t *testing.T) {
 				return d
 			}())},
 			claims: []*resourceapi.ResourceClaim{
-				allocated("a", share(onDevice("node-1", "whole"), "1")),
-				allocated("b", share(onDevice("node-1", "whole"), "2")),
+				allocatedClaim("a", share(onDevice("node-1", "whole"), "1")),
+				allocatedClaim("b", share(onDevice("node-1", "whole"), "2")),
 			},
 			wantStates: map[string]string{"whole": "PartiallyAllocated"},
 			wantSum:    Summary{Total: 1, Allocated: 1, PartiallyAllocated: 1},
@@ -268,8 +268,8 @@ func TestComputePoolUsage(t *testing.T) {
 		"one claim per device of a counter set is no conflict, nor is consuming it exactly": {
 			slices: []*resourceapi.ResourceSlice{counters, partitions},
 			claims: []*resourceapi.ResourceClaim{
-				allocated("a", onDevice("node-1", "half-a")),
-				allocated("b", onDevice("node-1", "half-b")),
+				allocatedClaim("a", onDevice("node-1", "half-a")),
+				allocatedClaim("b", onDevice("node-1", "half-b")),
 			},
 			wantStates: map[string]string{"whole": "Unavailable (CountersExhausted)", "half-a": "Allocated", "half-b": "Allocated"},
 			wantSum:    Summary{Total: 3, Allocated: 2, Unavailable: 1},
@@ -277,7 +277,7 @@ func TestComputePoolUsage(t *testing.T) {
 		},
 		"health Avoid: a free Unhealthy device is withheld, an allocated one stays allocated": {
 			slices:     []*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1", "gpu-2")...)},
-			claims:     []*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "gpu-1"))},
+			claims:     []*resourceapi.ResourceClaim{allocatedClaim("a", onDevice("node-1", "gpu-1"))},
 			opts:       Options{Health: unhealthy("gpu-0", "gpu-1"), WithholdUnhealthy: true},
 			wantStates: map[string]string{"gpu-0": "Unavailable (Unhealthy)", "gpu-1": "Allocated", "gpu-2": "Available"},
 			wantSum:    Summary{Total: 3, Allocated: 1, Unavailable: 1, Available: 1},
@@ -341,7 +341,7 @@ func unhealthy(names ...string) func(PoolID, string) DeviceHealth {
 func TestHealthIsReportedForEveryDevice(t *testing.T) {
 	p := ComputePoolUsage(
 		[]*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0", "gpu-1")...)},
-		[]*resourceapi.ResourceClaim{allocated("a", onDevice("node-1", "gpu-0"))},
+		[]*resourceapi.ResourceClaim{allocatedClaim("a", onDevice("node-1", "gpu-0"))},
 		Options{Health: unhealthy("gpu-0", "gpu-1"), WithholdUnhealthy: true})[0]
 	for _, d := range p.Devices {
 		if d.Health.Status != v1.ResourceHealthStatusUnhealthy || d.Health.Detail == "" {
@@ -356,7 +356,7 @@ func TestHealthIsReportedForEveryDevice(t *testing.T) {
 func TestConflictMessageNamesTheDeviceNotTheClaims(t *testing.T) {
 	pools := ComputePoolUsage(
 		[]*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, devs("gpu-0")...)},
-		[]*resourceapi.ResourceClaim{allocated("secret-a", onDevice("node-1", "gpu-0")), allocated("secret-b", onDevice("node-1", "gpu-0"))},
+		[]*resourceapi.ResourceClaim{allocatedClaim("secret-a", onDevice("node-1", "gpu-0")), allocatedClaim("secret-b", onDevice("node-1", "gpu-0"))},
 		Options{})
 	c := pools[0].Conflicts[0]
 	if !strings.Contains(c.Message, "gpu.example.com/node-1/gpu-0") || strings.Contains(c.Message, "secret") {
@@ -382,7 +382,7 @@ func TestEveryConflictIsCounted(t *testing.T) {
 	}
 	var claims []*resourceapi.ResourceClaim
 	for _, n := range names {
-		claims = append(claims, allocated(n+"-1", onDevice("node-1", n)), allocated(n+"-2", onDevice("node-1", n)))
+		claims = append(claims, allocatedClaim(n+"-1", onDevice("node-1", n)), allocatedClaim(n+"-2", onDevice("node-1", n)))
 	}
 	p := ComputePoolUsage(slices, claims, Options{})[0]
 	if got := p.ConflictCounts()[OverAllocatedDevice]; got != len(names) {
@@ -433,9 +433,9 @@ func TestCapacityUseOfSharedDevices(t *testing.T) {
 	usage := ComputePool(PoolID{Driver: "gpu.example.com", Pool: "node-1"},
 		[]*resourceapi.ResourceSlice{slice("s", "node-1", 1, 1, shared, plain)},
 		[]*resourceapi.ResourceClaim{
-			allocated("a", consume(share(onDevice("node-1", "shared"), "1"), "6Gi")),
-			allocated("b", consume(share(onDevice("node-1", "shared"), "2"), "6Gi")),
-			allocated("c", onDevice("node-1", "plain")),
+			allocatedClaim("a", consume(share(onDevice("node-1", "shared"), "1"), "6Gi")),
+			allocatedClaim("b", consume(share(onDevice("node-1", "shared"), "2"), "6Gi")),
+			allocatedClaim("c", onDevice("node-1", "plain")),
 		}, Options{})
 	for _, d := range usage.Devices {
 		switch d.Name {

@@ -25,6 +25,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/allocated"
 )
 
 // Allocating is what the allocator needs besides the in-use state and the
@@ -247,27 +249,23 @@ func (n *Node) Take(allocation *resourceapi.AllocationResult) {
 }
 
 func (n *Node) each(allocation *resourceapi.AllocationResult, dedicated func(structured.DeviceID), shared func(structured.SharedDeviceID, *structured.DeviceConsumedCapacity)) {
-	if allocation == nil {
-		return
+	// Only the node's pools: a network pool's devices held elsewhere are
+	// in the state already.
+	ours := func(result *resourceapi.DeviceRequestAllocationResult) bool {
+		return n.pools.Has(pool{driver: result.Driver, name: result.Pool})
 	}
-	for _, result := range allocation.Devices.Results {
-		if ptr.Deref(result.AdminAccess, false) {
-			continue
-		}
-		id := structured.MakeDeviceID(result.Driver, result.Pool, result.Device)
-		if !n.pools.Has(poolOf(id)) {
-			continue
-		}
-		if n.cycle.allocating.Features.ConsumableCapacity && result.ShareID != nil {
-			var consumed *structured.DeviceConsumedCapacity
-			if result.ConsumedCapacity != nil {
-				consumed = ptr.To(structured.NewDeviceConsumedCapacity(id, result.ConsumedCapacity))
+	allocated.Each(allocation, n.cycle.allocating.Features.ConsumableCapacity, allocated.Visitor{
+		Whole: func(result *resourceapi.DeviceRequestAllocationResult, id structured.DeviceID) {
+			if ours(result) {
+				dedicated(id)
 			}
-			shared(structured.MakeSharedDeviceID(id, result.ShareID), consumed)
-			continue
-		}
-		dedicated(id)
-	}
+		},
+		Share: func(result *resourceapi.DeviceRequestAllocationResult, id structured.SharedDeviceID, consumed *structured.DeviceConsumedCapacity) {
+			if ours(result) {
+				shared(id, consumed)
+			}
+		},
+	})
 }
 
 // ReachesNetworkPools reports whether a pool not tied to one node (all

@@ -22,6 +22,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/drascope/drascope/pkg/allocated"
 )
 
 // Upstream's PreBind writes a claim's allocation; when the write fails, the
@@ -117,20 +119,19 @@ const releasedFor = time.Minute
 
 func devicesOf(allocation *resourceapi.AllocationResult) heldDevices {
 	var held heldDevices
-	for _, r := range allocation.Devices.Results {
-		if r.AdminAccess != nil && *r.AdminAccess {
-			continue // holds nothing
-		}
-		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-		if r.ShareID == nil {
+	// Shares are kept as shares; InsertHeld turns them into whole devices
+	// where the allocator does not track shares.
+	allocated.Each(allocation, true, allocated.Visitor{
+		Whole: func(_ *resourceapi.DeviceRequestAllocationResult, id structured.DeviceID) {
 			held.dedicated = append(held.dedicated, id)
-			continue
-		}
-		held.shares = append(held.shares, structured.MakeSharedDeviceID(id, r.ShareID))
-		if r.ConsumedCapacity != nil {
-			held.consumed = append(held.consumed, structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-		}
-	}
+		},
+		Share: func(_ *resourceapi.DeviceRequestAllocationResult, id structured.SharedDeviceID, consumed *structured.DeviceConsumedCapacity) {
+			held.shares = append(held.shares, id)
+			if consumed != nil {
+				held.consumed = append(held.consumed, *consumed)
+			}
+		},
+	})
 	return held
 }
 

@@ -22,6 +22,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
 
+	"github.com/drascope/drascope/pkg/allocated"
 	"github.com/drascope/drascope/pkg/dryrun"
 )
 
@@ -474,14 +475,7 @@ func (pl *DRAScope) lowerPriorityPodsHoldDevices(pod *v1.Pod, nodeInfo fwk.NodeI
 	}
 	gone := maps.Clone(lower)
 	maps.Copy(gone, removed)
-	for _, allocation := range pl.allocationsFreedBy(lower, gone, podsOn(nodeInfo, nil)) {
-		for _, result := range allocation.Devices.Results {
-			if !ptr.Deref(result.AdminAccess, false) {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(pl.allocationsFreedBy(lower, gone, podsOn(nodeInfo, nil)), allocated.HoldsAny)
 }
 
 // isSchedulableAfterVictimGone retries a pod nominated to a node (a
@@ -700,11 +694,12 @@ func (pl *DRAScope) readReleaseView() releaseView {
 		return releaseView{}
 	}
 	view := releaseView{held: sets.New[structured.DeviceID]()}
-	hold := func(allocation *resourceapi.AllocationResult) {
-		for _, result := range allocation.Devices.Results {
-			view.held.Insert(structured.MakeDeviceID(result.Driver, result.Pool, result.Device))
-		}
-	}
+	// Compared with upstream's in-use set of whole devices: a share holds
+	// its device there unless every share is gone.
+	holds := allocated.Visitor{Whole: func(_ *resourceapi.DeviceRequestAllocationResult, id structured.DeviceID) {
+		view.held.Insert(id)
+	}}
+	hold := func(allocation *resourceapi.AllocationResult) { allocated.Each(allocation, false, holds) }
 	// Allocations in flight under a UID no listed claim has (upstream's
 	// claim for extended resources backed by DRA, until PreBind creates
 	// it) are held too.
