@@ -26,7 +26,7 @@ const fabricJobs = 5
 // class has free devices although a trainer waits (it is pinned to a node),
 // and every pool is Valid and Complete.
 func (d *demo) alerts(ctx context.Context) error {
-	const file = "fabric-job.yaml"
+	const file = "fabric-exhausted/fabric-job.yaml"
 	template, err := demoObject[*resourceapi.ResourceClaimTemplate](file)
 	if err != nil {
 		return err

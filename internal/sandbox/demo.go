@@ -133,9 +133,9 @@ func demoObject[T runtime.Object](file string) (T, error) {
 // template creates a demo claim template, from gpu-claim-template.yaml or
 // (admin access) gpu-monitor.yaml.
 func (d *demo) template(ctx context.Context, namespace string, adminAccess bool) error {
-	file := "gpu-claim-template.yaml"
+	file := "train/gpu-claim-template.yaml"
 	if adminAccess {
-		file = "gpu-monitor.yaml"
+		file = "admin-access-monitor/gpu-monitor.yaml"
 	}
 	template, err := demoObject[*resourceapi.ResourceClaimTemplate](file)
 	if err != nil {
@@ -147,7 +147,7 @@ func (d *demo) template(ctx context.Context, namespace string, adminAccess bool)
 
 // pod creates trainer.yaml's pod under name, pinned to node.
 func (d *demo) pod(ctx context.Context, namespace, name, node string) error {
-	pod, err := demoObject[*v1.Pod]("trainer.yaml")
+	pod, err := demoObject[*v1.Pod]("train/trainer.yaml")
 	if err != nil {
 		return err
 	}

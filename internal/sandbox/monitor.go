@@ -27,8 +27,8 @@ func (d *demo) daemonSet(ctx context.Context, namespace string, gated bool) erro
 	if err := d.template(ctx, namespace, true); err != nil {
 		return err
 	}
-	d.say("$ kubectl apply -n %s -f manifests/examples/demo/gpu-monitor.yaml   # claim template with adminAccess: true, allocationMode: All over GPUs and partitions, and a DaemonSet", namespace)
-	ds, err := demoObject[*appsv1.DaemonSet]("gpu-monitor.yaml")
+	d.say("$ kubectl apply -n %s -f manifests/examples/demo/admin-access-monitor/gpu-monitor.yaml   # claim template with adminAccess: true, allocationMode: All over GPUs and partitions, and a DaemonSet", namespace)
+	ds, err := demoObject[*appsv1.DaemonSet]("admin-access-monitor/gpu-monitor.yaml")
 	if err != nil {
 		return err
 	}
@@ -68,15 +68,15 @@ func (d *demo) monitor(ctx context.Context) error {
 // usePartitionableGPU runs partition-user.yaml on node: it takes the whole
 // partitionable GPU, so that the GPU's shared counters are used up.
 func (d *demo) usePartitionableGPU(ctx context.Context, node string) error {
-	d.say("$ kubectl apply -n training -f manifests/examples/demo/partition-user.yaml   # the whole 80Gi partition of %s's partitionable GPU", node)
-	template, err := demoObject[*resourceapi.ResourceClaimTemplate]("partition-user.yaml")
+	d.say("$ kubectl apply -n training -f manifests/examples/demo/admin-access-monitor/partition-user.yaml   # the whole 80Gi partition of %s's partitionable GPU", node)
+	template, err := demoObject[*resourceapi.ResourceClaimTemplate]("admin-access-monitor/partition-user.yaml")
 	if err != nil {
 		return err
 	}
 	if _, err := d.client.ResourceV1().ResourceClaimTemplates("training").Create(ctx, template, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	pod, err := demoObject[*v1.Pod]("partition-user.yaml")
+	pod, err := demoObject[*v1.Pod]("admin-access-monitor/partition-user.yaml")
 	if err != nil {
 		return err
 	}

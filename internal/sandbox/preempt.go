@@ -34,11 +34,11 @@ func (d *demo) preempt(ctx context.Context) error {
 			}
 		}
 	}
-	class, err := demoObject[*schedulingv1.PriorityClass]("production-inference.yaml")
+	class, err := demoObject[*schedulingv1.PriorityClass]("preemption/production-inference.yaml")
 	if err != nil {
 		return err
 	}
-	d.say("$ kubectl apply -f manifests/examples/demo/production-inference.yaml   # value %d; the training pods have priority 0", class.Value)
+	d.say("$ kubectl apply -f manifests/examples/demo/preemption/production-inference.yaml   # value %d; the training pods have priority 0", class.Value)
 	if _, err := d.client.SchedulingV1().PriorityClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -48,12 +48,12 @@ func (d *demo) preempt(ctx context.Context) error {
 	if err := d.template(ctx, ns, false); err != nil {
 		return err
 	}
-	pod, err := demoObject[*v1.Pod]("inference.yaml")
+	pod, err := demoObject[*v1.Pod]("preemption/inference.yaml")
 	if err != nil {
 		return err
 	}
 	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
-	d.say("$ kubectl create -n %s -f manifests/examples/demo/inference.yaml   # pinned to %s, whose GPUs training pods hold", ns, node)
+	d.say("$ kubectl create -n %s -f manifests/examples/demo/preemption/inference.yaml   # pinned to %s, whose GPUs training pods hold", ns, node)
 	if _, err := d.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return err
 	}

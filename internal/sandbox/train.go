@@ -11,7 +11,7 @@ func (d *demo) train(ctx context.Context) error {
 	if err := d.namespace(ctx, "training", nil); err != nil {
 		return err
 	}
-	d.say("$ kubectl apply -n training -f manifests/examples/demo/gpu-claim-template.yaml")
+	d.say("$ kubectl apply -n training -f manifests/examples/demo/train/gpu-claim-template.yaml")
 	if err := d.template(ctx, "training", false); err != nil {
 		return err
 	}
@@ -27,7 +27,7 @@ func (d *demo) train(ctx context.Context) error {
 		}
 		n++
 	}
-	d.say("created %d training pods from manifests/examples/demo/trainer.yaml, each with a claim from template training/gpu (class %s): %d on %s, %d on %s", n, gpuClass, d.gpus, d.nodes[0], n-d.gpus, d.nodes[1])
+	d.say("created %d training pods from manifests/examples/demo/train/trainer.yaml, each with a claim from template training/gpu (class %s): %d on %s, %d on %s", n, gpuClass, d.gpus, d.nodes[0], n-d.gpus, d.nodes[1])
 	if _, err := d.waitRunning(ctx, "training", "app=trainer", n); err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func (d *demo) unhealthy(ctx context.Context) error {
 	if err := d.pod(ctx, "training", victim.Name+"-replacement", node); err != nil {
 		return err
 	}
-	d.say("$ kubectl create -n training -f manifests/examples/demo/trainer.yaml   # as %s-replacement, pinned to %s like %s", victim.Name, node, victim.Name)
+	d.say("$ kubectl create -n training -f manifests/examples/demo/train/trainer.yaml   # as %s-replacement, pinned to %s like %s", victim.Name, node, victim.Name)
 	var replacement *v1.Pod
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		p, err := d.client.CoreV1().Pods("training").Get(ctx, victim.Name+"-replacement", metav1.GetOptions{})

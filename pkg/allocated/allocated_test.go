@@ -56,7 +56,9 @@ func TestEachCountsAsUpstreamCountsInUse(t *testing.T) {
 	if diff := cmp.Diff(wholeOnly, each(false)); diff != "" {
 		t.Errorf("shares not tracked (-want +got):\n%s", diff)
 	}
-	Each(nil, true, Visitor{Whole: func(*resourceapi.DeviceRequestAllocationResult, structured.DeviceID) { t.Error("a nil allocation holds a device") }})
+	Each(nil, true, Visitor{Whole: func(*resourceapi.DeviceRequestAllocationResult, structured.DeviceID) {
+		t.Error("a nil allocation holds a device")
+	}})
 }
 
 func TestHoldsAny(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/generated/informers/externalversions"
 	"github.com/drascope/drascope/pkg/poolcache"
 )
 
@@ -64,6 +65,11 @@ type Options struct {
 	// ObserveOverBudget, when set, is told of every successful write that
 	// went ahead of MaxWritesPerSecond because its pool was due.
 	ObserveOverBudget func()
+	// Informers, when set, makes the informer factory of a term, as
+	// kube-controller-manager hands its controllers their informers; by
+	// default one on the publisher's client. A term needs a factory of its
+	// own: it ends when the CRD goes away, and an informer cannot restart.
+	Informers func() externalversions.SharedInformerFactory
 	// Clock, for tests.
 	Clock clock.WithTicker
 }
@@ -110,6 +116,11 @@ func New(source Source, client versioned.Interface, opts Options) *Publisher {
 	}
 	if opts.Synced == nil {
 		opts.Synced = func() bool { return true }
+	}
+	if opts.Informers == nil {
+		opts.Informers = func() externalversions.SharedInformerFactory {
+			return externalversions.NewSharedInformerFactory(client, 0)
+		}
 	}
 	p := &Publisher{
 		source: source,

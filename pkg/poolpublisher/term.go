@@ -138,9 +138,9 @@ func (p *Publisher) waitForCRD(ctx context.Context) bool {
 	return err == nil
 }
 
-// newTerm makes a term's queue and its informer of ResourcePools, indexed
-// by pool and feeding the queue; the caller starts the factory and shuts
-// it and the queue down.
+// newTerm makes a term's queue and its informer of ResourcePools, from a
+// factory of its own (Options.Informers), indexed by pool and feeding the
+// queue; the caller starts the factory and shuts it and the queue down.
 func (p *Publisher) newTerm(stop context.CancelFunc) (*term, externalversions.SharedInformerFactory, error) {
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[drausage.PoolID](200*time.Millisecond, 30*time.Second),
@@ -148,7 +148,7 @@ func (p *Publisher) newTerm(stop context.CancelFunc) (*term, externalversions.Sh
 		// rest of client-go's workqueue metrics.
 		workqueue.TypedRateLimitingQueueConfig[drausage.PoolID]{Name: "resourcepool", Clock: p.clock},
 	)
-	factory := externalversions.NewSharedInformerFactory(p.client, 0)
+	factory := p.opts.Informers()
 	informer := factory.Drascope().V1alpha1().ResourcePools().Informer()
 	t := &term{
 		queue:          queue,
