@@ -276,7 +276,9 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 	if err != nil {
 		tCtx.Errorf("reading the ResourcePool publish delay: %v", err)
 	}
-	entry.PublishDelays, entry.PublishDelayP95 = quantileBound(buckets.since(before.publishDelay), 0.95)
+	delays := buckets.since(before.publishDelay)
+	entry.PublishDelays, entry.PublishDelayP95 = quantileBound(delays, 0.95)
+	_, entry.PublishDelayP99 = quantileBound(delays, 0.99)
 	first, err := histogramBuckets(firstPublishDelayMetric)
 	if err != nil {
 		tCtx.Errorf("reading the ResourcePool first publication delay: %v", err)

@@ -75,6 +75,8 @@ type IndexEntry struct {
 	// bound it then is (more than that).
 	PublishDelays   int     `json:"publishDelays,omitempty"`
 	PublishDelayP95 float64 `json:"publishDelayP95,omitempty"`
+	// PublishDelayP99 bounds the 99th percentile the same way.
+	PublishDelayP99 float64 `json:"publishDelayP99,omitempty"`
 	// FirstPublications counts the ResourcePools created during the run,
 	// and FirstPublishDelayP95 bounds the 95th percentile of their delay
 	// (a new pool's first change to its object's creation), as
@@ -379,13 +381,22 @@ func publishDelay(r Run) string {
 // delayBound prints a delay histogram's p95 bound (negative: beyond the
 // last bucket) and its count.
 func delayBound(count int, p95 float64) string {
-	switch {
-	case count == 0:
+	if count == 0 {
 		return "–"
-	case p95 < 0:
-		return fmt.Sprintf("> %s s (%d)", num(-p95, 3), count)
 	}
-	return fmt.Sprintf("≤ %s s (%d)", num(p95, 3), count)
+	return fmt.Sprintf("%s (%d)", boundOnly(count, p95), count)
+}
+
+// boundOnly prints a quantile's bound without the count; a run recorded
+// before the quantile was (zero) prints as unknown.
+func boundOnly(count int, bound float64) string {
+	switch {
+	case count == 0 || bound == 0:
+		return "–"
+	case bound < 0:
+		return fmt.Sprintf("> %s s", num(-bound, 3))
+	}
+	return fmt.Sprintf("≤ %s s", num(bound, 3))
 }
 
 func throughput(q Quantiles) string {
@@ -486,11 +497,11 @@ func WritePublishing(w io.Writer, runs []Run) error {
 		return nil
 	}
 	var b strings.Builder
-	b.WriteString("\n| Workload | Pair | Scheduler | pods/s avg (p50/p90) | ResourcePool writes (due; in window) | Publish delay p95 (writes) | First publication p95 (pools) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n| Workload | Pair | Scheduler | pods/s avg (p50/p90) | ResourcePool writes (due; in window) | Publish delay p95 (writes) | p99 | First publication p95 (pools) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, r := range selected {
-		fmt.Fprintf(&b, "| %s/%s | %d | %s | %s | %s | %s | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, throughput(r.Throughput), writesCell(r),
-			delayBound(r.PublishDelays, r.PublishDelayP95), delayBound(r.FirstPublications, r.FirstPublishDelayP95))
+		fmt.Fprintf(&b, "| %s/%s | %d | %s | %s | %s | %s | %s | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, throughput(r.Throughput), writesCell(r),
+			delayBound(r.PublishDelays, r.PublishDelayP95), boundOnly(r.PublishDelays, r.PublishDelayP99), delayBound(r.FirstPublications, r.FirstPublishDelayP95))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
