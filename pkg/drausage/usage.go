@@ -207,6 +207,34 @@ type PoolUsage struct {
 	Conflicts []Conflict
 	// Devices, sorted by name.
 	Devices []DeviceUsage
+	// PhysicalDevices are the pool's shared counter sets (KEP-4815: one
+	// per physical device that is offered as partitions), sorted by name;
+	// none for a pool without counters.
+	PhysicalDevices []PhysicalDevice
+	// WholeDevicesFree counts what a pod that wants a whole device can
+	// still get: counter sets nothing consumes, and Available devices that
+	// consume no counters.
+	WholeDevicesFree int
+}
+
+// PhysicalDevice is one shared counter set of a pool and how it is split.
+type PhysicalDevice struct {
+	Name string
+	// Counters is how much of each counter the set's allocated (and
+	// withheld) devices consume, by counter name.
+	Counters []CapacityUse
+	// Partitions are the allocated devices that draw on the set, sorted.
+	Partitions []string
+}
+
+// Untouched reports whether no device consumes any of the set's counters.
+func (d *PhysicalDevice) Untouched() bool {
+	for _, c := range d.Counters {
+		if !c.Used.IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // Complete reports whether every slice of the pool's generation is present.
@@ -356,6 +384,8 @@ func ComputePool(id PoolID, poolSlices []*resourceapi.ResourceSlice, claims []*r
 		usage.Summary.count(du.State)
 	}
 	usage.Conflicts = append(usage.Conflicts, counterConflicts(current, devices)...)
+	usage.PhysicalDevices = physicalDevices(current, devices, counters)
+	usage.WholeDevicesFree = wholeDevicesFree(usage.PhysicalDevices, usage.Devices, devices)
 	slices.SortFunc(usage.Conflicts, func(a, b Conflict) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Subject, b.Subject))
 	})
@@ -634,6 +664,66 @@ func remainingCounters(current []*resourceapi.ResourceSlice, devices map[string]
 		}
 	}
 	return remaining
+}
+
+// physicalDevices describes each shared counter set of the pool: what is
+// consumed of it (its value less remaining) and which allocated devices
+// draw on it.
+func physicalDevices(current []*resourceapi.ResourceSlice, devices map[string]*device, remaining map[counterKey]resource.Quantity) []PhysicalDevice {
+	var out []PhysicalDevice
+	for _, slice := range current {
+		for _, set := range slice.Spec.SharedCounters {
+			pd := PhysicalDevice{Name: set.Name}
+			for name, counter := range set.Counters {
+				used := counter.Value.DeepCopy()
+				if left, ok := remaining[counterKey{set.Name, name}]; ok {
+					used.Sub(left)
+				}
+				pd.Counters = append(pd.Counters, CapacityUse{Name: resourceapi.QualifiedName(name), Used: used, Total: counter.Value})
+			}
+			slices.SortFunc(pd.Counters, func(a, b CapacityUse) int { return cmp.Compare(a.Name, b.Name) })
+			out = append(out, pd)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	slices.SortFunc(out, func(a, b PhysicalDevice) int { return cmp.Compare(a.Name, b.Name) })
+	index := make(map[string]int, len(out))
+	for i, pd := range out {
+		index[pd.Name] = i
+	}
+	for name, d := range devices {
+		if d.dedicated == 0 && d.shares == 0 {
+			continue
+		}
+		for _, c := range d.spec.ConsumesCounters {
+			if i, ok := index[c.CounterSet]; ok && !slices.Contains(out[i].Partitions, name) {
+				out[i].Partitions = append(out[i].Partitions, name)
+			}
+		}
+	}
+	for i := range out {
+		slices.Sort(out[i].Partitions)
+	}
+	return out
+}
+
+// wholeDevicesFree counts the untouched counter sets and the Available
+// devices that draw on no counter set.
+func wholeDevicesFree(physical []PhysicalDevice, usage []DeviceUsage, devices map[string]*device) int {
+	free := 0
+	for i := range physical {
+		if physical[i].Untouched() {
+			free++
+		}
+	}
+	for _, du := range usage {
+		if du.State == DeviceAvailable && len(devices[du.Name].spec.ConsumesCounters) == 0 {
+			free++
+		}
+	}
+	return free
 }
 
 // freeDeviceState decides whether a device nobody holds can take an

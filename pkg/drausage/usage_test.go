@@ -1,6 +1,7 @@
 package drausage
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -449,5 +450,55 @@ func TestCapacityUseOfSharedDevices(t *testing.T) {
 				t.Errorf("plain device capacity %+v, want none", d.Capacity)
 			}
 		}
+	}
+}
+
+// Each counter set shows what its allocated partitions consume; whole
+// devices free are the untouched sets and the free devices without
+// counters.
+func TestPhysicalDevices(t *testing.T) {
+	counters := slice("node-1-counters", "node-1", 1, 2)
+	counters.Spec.Devices = nil
+	counters.Spec.SharedCounters = []resourceapi.CounterSet{
+		{Name: "gpu-1", Counters: map[string]resourceapi.Counter{"mem": {Value: resource.MustParse("4")}}},
+		{Name: "gpu-0", Counters: map[string]resourceapi.Counter{"mem": {Value: resource.MustParse("4")}}},
+	}
+	partition := func(name, set, amount string) resourceapi.Device {
+		d := dev(name)
+		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: map[string]resourceapi.Counter{"mem": {Value: resource.MustParse(amount)}}}}
+		return d
+	}
+	devices := slice("node-1-devices", "node-1", 1, 2,
+		partition("gpu-0-whole", "gpu-0", "4"), partition("gpu-0-half-a", "gpu-0", "2"), partition("gpu-0-half-b", "gpu-0", "2"),
+		partition("gpu-1-whole", "gpu-1", "4"), partition("gpu-1-half-a", "gpu-1", "2"), partition("gpu-1-half-b", "gpu-1", "2"),
+		dev("nic-0"), dev("nic-1"))
+	claims := []*resourceapi.ResourceClaim{
+		allocatedClaim("a", onDevice("node-1", "gpu-0-half-b")),
+		allocatedClaim("b", onDevice("node-1", "nic-1")),
+	}
+	pools := ComputePoolUsage([]*resourceapi.ResourceSlice{counters, devices}, claims, Options{})
+	if len(pools) != 1 {
+		t.Fatalf("want 1 pool, got %d", len(pools))
+	}
+	type shown struct {
+		Name, Consumed string
+		Partitions     []string
+		Untouched      bool
+	}
+	var got []shown
+	for _, pd := range pools[0].PhysicalDevices {
+		c := pd.Counters[0]
+		got = append(got, shown{pd.Name, fmt.Sprintf("%s %s/%s", c.Name, c.Used.String(), c.Total.String()), pd.Partitions, pd.Untouched()})
+	}
+	want := []shown{
+		{"gpu-0", "mem 2/4", []string{"gpu-0-half-b"}, false},
+		{"gpu-1", "mem 0/4", nil, true},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("physical devices (-want +got):\n%s", diff)
+	}
+	// gpu-1, untouched, and nic-0; not gpu-0 (split) nor nic-1 (allocated).
+	if got := pools[0].WholeDevicesFree; got != 2 {
+		t.Errorf("WholeDevicesFree = %d, want 2", got)
 	}
 }

@@ -114,6 +114,9 @@ func printPool(out io.Writer, rp *v1alpha1.ResourcePool, detail *drausage.PoolUs
 		w.Write(describe.LEVEL_1, "Over-consumed Counters:\t%d\n", c.OverConsumedCounters)
 	}
 
+	if detail != nil && len(detail.PhysicalDevices) > 0 {
+		writePhysicalDevices(w, detail)
+	}
 	if detail == nil {
 		w.Write(describe.LEVEL_0, "Device Details:\t%s\n", detailNote)
 	} else {
@@ -260,4 +263,31 @@ func orNone(s string) string {
 		return "<none>"
 	}
 	return s
+}
+
+// writePhysicalDevices shows how each physical device (shared counter set,
+// KEP-4815) of a pool is split: what its partitions consume of it, and
+// which are allocated. Whole devices free are those that a pod wanting a
+// whole device can still get.
+func writePhysicalDevices(w describe.PrefixWriter, detail *drausage.PoolUsage) {
+	untouched := 0
+	for i := range detail.PhysicalDevices {
+		if detail.PhysicalDevices[i].Untouched() {
+			untouched++
+		}
+	}
+	w.Write(describe.LEVEL_0, "Physical Devices:\t%d of %d untouched (whole devices free in the pool: %d)\n", untouched, len(detail.PhysicalDevices), detail.WholeDevicesFree)
+	w.Write(describe.LEVEL_1, "Counter Set\tConsumed\tAllocated Partitions\n")
+	w.Write(describe.LEVEL_1, "-----------\t--------\t--------------------\n")
+	for _, pd := range detail.PhysicalDevices {
+		consumed := make([]string, 0, len(pd.Counters))
+		for _, c := range pd.Counters {
+			consumed = append(consumed, fmt.Sprintf("%s %s/%s", c.Name, c.Used.String(), c.Total.String()))
+		}
+		partitions := "<none>"
+		if len(pd.Partitions) > 0 {
+			partitions = strings.Join(pd.Partitions, ", ")
+		}
+		w.Write(describe.LEVEL_1, "%s\t%s\t%s\n", pd.Name, strings.Join(consumed, ", "), partitions)
+	}
 }

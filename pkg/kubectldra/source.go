@@ -438,8 +438,11 @@ func schedulerHealth(rp *v1alpha1.ResourcePool) (func(drausage.PoolID, string) d
 }
 
 // markHeldByOthers takes, from the ResourcePool, the state of devices that
-// claims the user may not list hold.
+// claims the user may not list hold. How physical devices are split is
+// left out: it needs the allocations of every claim, and the ResourcePool
+// does not say what a held partition consumes.
 func markHeldByOthers(usage *drausage.PoolUsage, rp *v1alpha1.ResourcePool) {
+	usage.PhysicalDevices, usage.WholeDevicesFree = nil, 0
 	held := map[string]string{}
 	for _, d := range rp.Status.Devices {
 		if d.State == string(drausage.DeviceAllocated) || d.State == string(drausage.DevicePartiallyAllocated) {

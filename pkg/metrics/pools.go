@@ -94,6 +94,9 @@ var (
 	conflictsDesc = metrics.NewDesc("drascope_resourcepool_allocation_conflicts",
 		"Confirmed allocation conflicts of a pool, as when two schedulers raced for its devices, by kind: OverAllocatedDevice (devices held by more claims than they allow), OverConsumedCapacity (devices whose shares consume more than their capacity), OverConsumedCounter (shared counters consumed beyond their value).",
 		[]string{"driver", "pool", "node", "kind"}, nil, metrics.ALPHA, "")
+	wholeFreeDesc = metrics.NewDesc("drascope_resourcepool_whole_devices_free",
+		"Whole devices a pool can still give a pod: physical devices offered as partitions (shared counter sets, KEP-4815) that no allocated device draws on, and Available devices that draw on no counters. Beside drascope_resourcepool_devices{state=\"Available\"}, which counts free partitions too, it shows whether small allocations fragment the pool (deviceChoice: BestFit packs them).",
+		[]string{"driver", "pool", "node"}, nil, metrics.ALPHA, "")
 	healthDesc = metrics.NewDesc("drascope_resourcepool_device_health",
 		"Devices of a pool by the health kubelet last reported for them in pod status (KEP-4680): Healthy, Unhealthy, or Unknown (no report, or an Unhealthy report older than deviceHealth.unhealthyHoldTime).",
 		[]string{"driver", "pool", "node", "health"}, nil, metrics.ALPHA, "")
@@ -203,6 +206,7 @@ type poolCollector struct {
 
 func (c *poolCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- devicesDesc
+	ch <- wholeFreeDesc
 	ch <- conflictsDesc
 	ch <- healthDesc
 	ch <- poolsDesc
@@ -247,6 +251,7 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		} {
 			ch <- metrics.NewLazyConstMetric(devicesDesc, metrics.GaugeValue, float64(n), append(labels, string(state))...)
 		}
+		ch <- metrics.NewLazyConstMetric(wholeFreeDesc, metrics.GaugeValue, float64(s.WholeDevicesFree), labels...)
 		ch <- metrics.NewLazyConstMetric(conditionDesc, metrics.GaugeValue, boolValue(s.Complete()), append(labels, v1alpha1.ConditionComplete)...)
 		ch <- metrics.NewLazyConstMetric(conditionDesc, metrics.GaugeValue, boolValue(s.Valid()), append(labels, v1alpha1.ConditionValid)...)
 		conflicts := s.ConflictCounts()

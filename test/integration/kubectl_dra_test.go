@@ -523,3 +523,39 @@ func TestKubectlDRANamesOrphanedTaintRules(t *testing.T) {
 		_ = leases.Delete(s.ctx, "drascope-scheduler", metav1.DeleteOptions{})
 	})
 }
+
+// describe pool shows how each physical device of a partitionable pool is
+// split, and the scheduler's gauge counts the whole devices left: one GPU
+// split in halves, one half allocated, leaves no whole device; deleting its
+// claim brings it back.
+func TestKubectlDRADescribePoolShowsPhysicalDevices(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("parts", 0)
+	pool := s.addPartitionablePool("gpu", &node)
+	name := poolObjectName(t, pool)
+	labels := map[string]string{"driver": driverName, "pool": pool}
+	s.waitForResourcePool(name, "the pool published", summaryIs(3, 0, 3, 0))
+	waitForGauge(t, env.schedulerPort, "drascope_resourcepool_whole_devices_free", labels, 1)
+
+	s.addClaim("half", false)
+	s.allocateDirectly("half", pool, "half-a")
+	s.waitForResourcePool(name, "half-a allocated", summaryIs(3, 1, 1, 1))
+	waitForGauge(t, env.schedulerPort, "drascope_resourcepool_whole_devices_free", labels, 0)
+	out, _, err := kubectlDRA(t, "describe", "pool", name)
+	if err != nil {
+		t.Fatalf("kubectl dra describe pool %s: %v\n%s", name, err, out)
+	}
+	t.Logf("kubectl dra describe pool %s\n%s", name, out)
+	for _, want := range [][]string{
+		{"Physical", "Devices:", "0", "of", "1", "untouched", "(whole", "devices", "free", "in", "the", "pool:", "0)"},
+		{"gpu-0", "memory", "40Gi/80Gi", "half-a"},
+		{"whole", "Unavailable"},
+	} {
+		if findLine(out, want...) == nil {
+			t.Errorf("no line starting %q in:\n%s", want, out)
+		}
+	}
+
+	s.deleteClaims()
+	waitForGauge(t, env.schedulerPort, "drascope_resourcepool_whole_devices_free", labels, 1)
+}

@@ -65,6 +65,11 @@ var preQueueingHintsVariants = []variant{
 	{name: results.DRAScopePreQueueingHints, schedulerConfig: "config/drascope.yaml", featureGates: map[string]bool{"SchedulerPreQueueingHints": true}},
 }
 
+// bestFitVariant runs besides those in test cases and workloads labelled
+// "devicechoice":
+// DRAScope with deviceChoice BestFit (docs/scoring.md).
+var bestFitVariant = variant{name: results.DRAScopeBestFit, schedulerConfig: "config/drascope.yaml", deviceChoice: "BestFit"}
+
 // noPublishVariant runs besides those in workloads labelled "publishing":
 // DRAScope with ResourcePool publishing off, the reference for what
 // publishing costs.
@@ -76,6 +81,9 @@ type variant struct {
 	// strategy, when set, is the scoring.strategy added to the DRAScope
 	// args of schedulerConfig.
 	strategy string
+	// deviceChoice, when set, is the deviceChoice added to the DRAScope
+	// args of schedulerConfig.
+	deviceChoice string
 	// noPublish turns poolStatus.publishResourcePools off in the DRAScope
 	// args of schedulerConfig.
 	noPublish bool
@@ -234,6 +242,9 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 		tCtx.Errorf("counting the 8-GPU pods: %v", err)
 	} else {
 		entry.BigPods, entry.BigPodsPlaced = counted.created, counted.placed
+	}
+	if err := countDeviceChoice(tCtx, tCtx.Client(), entry); err != nil {
+		tCtx.Errorf("counting the device-choice pods: %v", err)
 	}
 	if err := countUrgentPods(tCtx, tCtx.Client(), entry, before.victims); err != nil {
 		tCtx.Errorf("counting the urgent pods: %v", err)
@@ -629,6 +640,9 @@ type unit struct {
 	preQueueingHints bool
 	// publishing: the workload runs DRAScope without publishing too.
 	publishing bool
+	// deviceChoice: the test case or the workload runs DRAScope with
+	// deviceChoice BestFit too.
+	deviceChoice bool
 	// raw is the test case with only this workload.
 	raw map[string]any
 }
@@ -644,6 +658,9 @@ func (u unit) variants() []variant {
 	}
 	if u.publishing {
 		all = append(all, noPublishVariant)
+	}
+	if u.deviceChoice {
+		all = append(all, bestFitVariant)
 	}
 	return all
 }
@@ -666,7 +683,7 @@ func (u unit) configFor(dir string, v variant) (string, error) {
 		}
 		tc["featureGates"] = gates
 	}
-	if v.strategy != "" || v.noPublish {
+	if v.strategy != "" || v.deviceChoice != "" || v.noPublish {
 		data, err := os.ReadFile(v.schedulerConfig)
 		if err != nil {
 			return "", err
@@ -678,6 +695,13 @@ func (u unit) configFor(dir string, v variant) (string, error) {
 				return "", fmt.Errorf("%s: no DRAScope args to add scoring.strategy to", v.schedulerConfig)
 			}
 			schedulerConfig = strings.Replace(schedulerConfig, args, args+"      scoring:\n        strategy: "+v.strategy+"\n", 1)
+		}
+		if v.deviceChoice != "" {
+			const args = "    args:\n"
+			if !strings.Contains(schedulerConfig, args) {
+				return "", fmt.Errorf("%s: no DRAScope args to add deviceChoice to", v.schedulerConfig)
+			}
+			schedulerConfig = strings.Replace(schedulerConfig, args, args+"      deviceChoice: "+v.deviceChoice+"\n", 1)
 		}
 		if v.noPublish {
 			const publishing = "publishResourcePools: true"
@@ -732,6 +756,7 @@ func selectWorkloads(path string, filter []string) ([]unit, error) {
 			raw["workloads"] = []any{w}
 			units = append(units, unit{testCase: name, workload: wname, raw: raw,
 				scoring:          slices.Contains(stringList(tc["labels"]), "scoring"),
+				deviceChoice:     slices.Contains(stringList(tc["labels"]), "devicechoice") || slices.Contains(stringList(wm["labels"]), "devicechoice"),
 				preQueueingHints: slices.Contains(stringList(wm["labels"]), "prequeueinghints"),
 				publishing:       slices.Contains(stringList(wm["labels"]), "publishing"),
 			})

@@ -8,6 +8,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/drascope/drascope/test/perf/results"
@@ -32,17 +33,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
-	if err := results.WriteFragmentation(os.Stdout, runs); err != nil {
-		fmt.Fprintln(os.Stderr, "report:", err)
-		os.Exit(1)
-	}
-	if err := results.WritePreemption(os.Stdout, runs); err != nil {
-		fmt.Fprintln(os.Stderr, "report:", err)
-		os.Exit(1)
-	}
-	if err := results.WritePublishing(os.Stdout, runs); err != nil {
-		fmt.Fprintln(os.Stderr, "report:", err)
-		os.Exit(1)
+	for _, write := range []func(io.Writer, []results.Run) error{
+		results.WriteFragmentation, results.WriteDeviceChoice, results.WritePreemption, results.WritePublishing,
+	} {
+		if err := write(os.Stdout, runs); err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+			os.Exit(1)
+		}
 	}
 	if compareErr != nil {
 		fmt.Fprintln(os.Stderr, "report:", compareErr)

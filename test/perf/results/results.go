@@ -30,6 +30,9 @@ const (
 	// DRAScopeNoPublish runs besides the others in workloads labelled
 	// "publishing": DRAScope with ResourcePool publishing off.
 	DRAScopeNoPublish = "drascope-nopublish"
+	// DRAScopeBestFit runs besides the others in test cases labelled
+	// "devicechoice": DRAScope with deviceChoice BestFit.
+	DRAScopeBestFit = "drascope-bestfit"
 )
 
 // PreQueueingHintsRow ends the name of the rows that compare the
@@ -93,6 +96,19 @@ type IndexEntry struct {
 	// pods: created, and bound.
 	BigPods       int `json:"bigPods,omitempty"`
 	BigPodsPlaced int `json:"bigPodsPlaced,omitempty"`
+	// WholePods and WholePodsPlaced count the DeviceChoicePartitions test
+	// case's whole-GPU pods: created, and bound; WholePodsOptimum is how
+	// many an offline optimum could place beside the partitions that were
+	// placed.
+	WholePods        int `json:"wholePods,omitempty"`
+	WholePodsPlaced  int `json:"wholePodsPlaced,omitempty"`
+	WholePodsOptimum int `json:"wholePodsOptimum,omitempty"`
+	// PairPods, PairPodsPlaced and PairsOneRoot count the
+	// DeviceChoiceTopology test case's 2-GPU pods: created, bound, and
+	// bound with both GPUs under one PCIe root.
+	PairPods       int `json:"pairPods,omitempty"`
+	PairPodsPlaced int `json:"pairPodsPlaced,omitempty"`
+	PairsOneRoot   int `json:"pairsOneRoot,omitempty"`
 	// UrgentPods and UrgentPodsPlaced count the PreemptionOnFullCluster
 	// test case's preemptors: created, and bound; UrgentSeconds is the time
 	// from the first one's creation until the last placed was bound (1 s
@@ -417,7 +433,7 @@ func num(v float64, decimals int) string {
 // runsWhere returns the runs keep selects, by workload, pair, and variant
 // (upstream first).
 func runsWhere(runs []Run, keep func(Run) bool) []Run {
-	order := map[string]int{Upstream: 0, DRAScope: 1, DRAScopeMostAllocated: 2, DRAScopeLeastAllocated: 3, UpstreamPreQueueingHints: 4, DRAScopePreQueueingHints: 5, DRAScopeNoPublish: 6}
+	order := map[string]int{Upstream: 0, DRAScope: 1, DRAScopeMostAllocated: 2, DRAScopeLeastAllocated: 3, UpstreamPreQueueingHints: 4, DRAScopePreQueueingHints: 5, DRAScopeNoPublish: 6, DRAScopeBestFit: 7}
 	var selected []Run
 	for _, r := range runs {
 		if keep(r) {
@@ -454,6 +470,49 @@ func WriteFragmentation(w io.Writer, runs []Run) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// WriteDeviceChoice prints, for every workload that also ran DRAScope with
+// deviceChoice BestFit, each run: its throughput, and for the device-choice
+// test cases the whole-GPU pods placed against the offline optimum
+// (partitions) or the 2-GPU pods whose GPUs share a PCIe root (topology).
+// With several pairs, every run is listed.
+func WriteDeviceChoice(w io.Writer, runs []Run) error {
+	compared := map[string]bool{}
+	for _, r := range runs {
+		if r.Variant == DRAScopeBestFit || r.WholePods > 0 || r.PairPods > 0 {
+			compared[r.TestCase+"/"+r.Workload] = true
+		}
+	}
+	selected := runsWhere(runs, func(r Run) bool {
+		return compared[r.TestCase+"/"+r.Workload] && (r.Variant == Upstream || r.Variant == DRAScope || r.Variant == DRAScopeBestFit)
+	})
+	if len(selected) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("\n| Workload | Pair | Scheduler | pods/s avg (p50/p90) | whole GPUs placed (of optimum; pods) | 2-GPU pods on one PCIe root (of placed; pods) |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, r := range selected {
+		whole, pairs := "–", "–"
+		if r.WholePods > 0 {
+			whole = fmt.Sprintf("%d (%s of %d; %d)", r.WholePodsPlaced, share(r.WholePodsPlaced, r.WholePodsOptimum), r.WholePodsOptimum, r.WholePods)
+		}
+		if r.PairPods > 0 {
+			pairs = fmt.Sprintf("%d (%s of %d; %d)", r.PairsOneRoot, share(r.PairsOneRoot, r.PairPodsPlaced), r.PairPodsPlaced, r.PairPods)
+		}
+		fmt.Fprintf(&b, "| %s/%s | %d | %s | %s | %s | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, throughput(r.Throughput), whole, pairs)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// share prints part/whole as a percentage; – without a whole.
+func share(part, whole int) string {
+	if whole == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(part)/float64(whole))
 }
 
 // WritePreemption prints, for every workload that created urgent pods (the

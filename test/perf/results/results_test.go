@@ -300,3 +300,37 @@ func TestPublishDelayBeyondTheLastBucket(t *testing.T) {
 		t.Errorf("publishDelay = %q, want %q", got, want)
 	}
 }
+
+// The device-choice table lists the runs of the workloads that ran BestFit
+// or the device-choice test cases, with each figure as a share of what it
+// is measured against.
+func TestWriteDeviceChoice(t *testing.T) {
+	tp := Quantiles{Average: 30, P50: 31, P90: 40}
+	runs := []Run{
+		{IndexEntry: IndexEntry{TestCase: "DeviceChoicePartitions", Workload: "w", Variant: DRAScope, WholePods: 100, WholePodsPlaced: 40, WholePodsOptimum: 80}, Throughput: tp},
+		{IndexEntry: IndexEntry{TestCase: "DeviceChoiceTopology", Workload: "w", Variant: DRAScopeBestFit, PairPods: 10, PairPodsPlaced: 8, PairsOneRoot: 6}, Throughput: tp},
+		{IndexEntry: IndexEntry{TestCase: "DeviceChoicePartitions", Workload: "w", Variant: Upstream, WholePods: 100}, Throughput: tp},
+		{IndexEntry: IndexEntry{TestCase: "Scale", Workload: "x", Variant: DRAScopeBestFit}, Throughput: tp},
+		{IndexEntry: IndexEntry{TestCase: "Scale", Workload: "x", Variant: DRAScopeNoPublish}, Throughput: tp},
+		{IndexEntry: IndexEntry{TestCase: "Other", Workload: "w", Variant: DRAScope, BigPods: 3}, Throughput: tp},
+	}
+	var b strings.Builder
+	if err := WriteDeviceChoice(&b, runs); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"| DeviceChoicePartitions/w | 1 | upstream | 30.0 (31/40) | 0 (– of 0; 100) | – |",
+		"| DeviceChoicePartitions/w | 1 | drascope | 30.0 (31/40) | 40 (50% of 80; 100) | – |",
+		"| DeviceChoiceTopology/w | 1 | drascope-bestfit | 30.0 (31/40) | – | 6 (75% of 8; 10) |",
+		"| Scale/x | 1 | drascope-bestfit | 30.0 (31/40) | – | – |",
+	}
+	if len(lines) != 2+len(want) {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	for i, w := range want {
+		if lines[2+i] != w {
+			t.Errorf("row %d: %q, want %q", i, lines[2+i], w)
+		}
+	}
+}
