@@ -65,6 +65,12 @@ func Order(pool []*resourceapi.ResourceSlice, opts Options) []*resourceapi.Resou
 	}
 	use := counterUse(pool, opts.InUse)
 	groups := topologyGroups(pool, opts)
+	if len(use) == 0 && len(groups) == 0 {
+		// Every device ranks alike (no counter set is partly used, no
+		// device is in a topology group): the driver's order stays, and
+		// no slice needs looking at. The common case of plain devices.
+		return pool
+	}
 	out := make([]*resourceapi.ResourceSlice, len(pool))
 	for i, slice := range pool {
 		out[i] = orderSlice(slice, use, groups, opts)
@@ -255,18 +261,45 @@ func orderSlice(slice *resourceapi.ResourceSlice, use setUse, groups map[groupKe
 	if !changed {
 		return slice
 	}
-	ordered := slice.DeepCopy()
-	copied := ordered.Spec.Devices
+	// A shallow copy with a list of its own: the allocator only reads
+	// slices, so the devices' attributes and capacities can be shared
+	// with the informer's object, which nothing writes.
+	ordered := *slice
 	ordered.Spec.Devices = make([]resourceapi.Device, n)
 	for i, k := range keys {
-		ordered.Spec.Devices[i] = copied[k.index]
+		ordered.Spec.Devices[i] = slice.Spec.Devices[k.index]
 	}
-	return ordered
+	return &ordered
+}
+
+// orderable reports whether a slice has anything BestFit orders by:
+// counter sets, devices that draw on them, or devices in a topology group.
+func orderable(slice *resourceapi.ResourceSlice, attrs []resourceapi.QualifiedName) bool {
+	if len(slice.Spec.SharedCounters) > 0 {
+		return true
+	}
+	for i := range slice.Spec.Devices {
+		d := &slice.Spec.Devices[i]
+		if len(d.ConsumesCounters) > 0 {
+			return true
+		}
+		if _, ok := groupOf(d, attrs); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // OrderPools is Order for every pool among slices (as a slice lister lists
 // them), keeping each slice's position in the list.
 func OrderPools(all []*resourceapi.ResourceSlice, opts Options) []*resourceapi.ResourceSlice {
+	if opts.TopologyAttributes == nil {
+		opts.TopologyAttributes = DefaultTopologyAttributes
+	}
+	if !slices.ContainsFunc(all, func(slice *resourceapi.ResourceSlice) bool { return orderable(slice, opts.TopologyAttributes) }) {
+		// A cluster of plain devices: nothing to order, no pool to group.
+		return all
+	}
 	type poolID struct{ driver, pool string }
 	// Only the pool's newest generation is ordered: older slices a lister
 	// still returns would count devices twice; they pass through.
