@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -212,8 +213,9 @@ type PoolUsage struct {
 	// none for a pool without counters.
 	PhysicalDevices []PhysicalDevice
 	// WholeDevicesFree counts what a pod that wants a whole device can
-	// still get: counter sets nothing consumes, and Available devices that
-	// consume no counters.
+	// still get: Available devices that consume no counters, and physical
+	// devices (counter sets) nothing consumes whose device taking all of
+	// them is Available.
 	WholeDevicesFree int
 }
 
@@ -673,6 +675,10 @@ func physicalDevices(current []*resourceapi.ResourceSlice, devices map[string]*d
 	var out []PhysicalDevice
 	for _, slice := range current {
 		for _, set := range slice.Spec.SharedCounters {
+			if slices.ContainsFunc(out, func(pd PhysicalDevice) bool { return pd.Name == set.Name }) {
+				// Named twice (invalid; validation reports it): shown once.
+				continue
+			}
 			pd := PhysicalDevice{Name: set.Name}
 			for name, counter := range set.Counters {
 				used := counter.Value.DeepCopy()
@@ -709,18 +715,51 @@ func physicalDevices(current []*resourceapi.ResourceSlice, devices map[string]*d
 	return out
 }
 
-// wholeDevicesFree counts the untouched counter sets and the Available
-// devices that draw on no counter set.
+// wholeDevicesFree counts what a pod wanting a whole device can get: the
+// Available devices that draw on no counters, and the physical devices
+// (counter sets, or the sets one device spans) that nothing draws on and
+// whose device taking all of their counters is Available (not tainted,
+// not withheld). A physical device offered by several such devices counts
+// once.
 func wholeDevicesFree(physical []PhysicalDevice, usage []DeviceUsage, devices map[string]*device) int {
-	free := 0
+	byName := make(map[string]*PhysicalDevice, len(physical))
 	for i := range physical {
-		if physical[i].Untouched() {
-			free++
-		}
+		byName[physical[i].Name] = &physical[i]
 	}
+	takesAll := func(c resourceapi.DeviceCounterConsumption) bool {
+		pd, ok := byName[c.CounterSet]
+		if !ok || !pd.Untouched() {
+			return false
+		}
+		for _, counter := range pd.Counters {
+			consumed, ok := c.Counters[string(counter.Name)]
+			if !ok || consumed.Value.Cmp(counter.Total) != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	free := 0
+	counted := map[string]bool{}
 	for _, du := range usage {
-		if du.State == DeviceAvailable && len(devices[du.Name].spec.ConsumesCounters) == 0 {
+		if du.State != DeviceAvailable {
+			continue
+		}
+		consumes := devices[du.Name].spec.ConsumesCounters
+		if len(consumes) == 0 {
 			free++
+			continue
+		}
+		if !slices.ContainsFunc(consumes, func(c resourceapi.DeviceCounterConsumption) bool { return !takesAll(c) }) {
+			var names []string
+			for _, c := range consumes {
+				names = append(names, c.CounterSet)
+			}
+			slices.Sort(names)
+			if key := strings.Join(names, ","); !counted[key] {
+				counted[key] = true
+				free++
+			}
 		}
 	}
 	return free

@@ -501,4 +501,15 @@ func TestPhysicalDevices(t *testing.T) {
 	if got := pools[0].WholeDevicesFree; got != 2 {
 		t.Errorf("WholeDevicesFree = %d, want 2", got)
 	}
+
+	// With gpu-1's whole device tainted, gpu-1 is untouched but no pod can
+	// have it whole.
+	devices.Spec.Devices[3].Taints = []resourceapi.DeviceTaint{{Key: "broken", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	pools = ComputePoolUsage([]*resourceapi.ResourceSlice{counters, devices}, claims, Options{})
+	if got := pools[0].WholeDevicesFree; got != 1 {
+		t.Errorf("with gpu-1-whole tainted, WholeDevicesFree = %d, want 1 (nic-0)", got)
+	}
+	if !pools[0].PhysicalDevices[1].Untouched() {
+		t.Error("gpu-1 is not untouched with its whole device tainted")
+	}
 }

@@ -95,7 +95,7 @@ var (
 		"Confirmed allocation conflicts of a pool, as when two schedulers raced for its devices, by kind: OverAllocatedDevice (devices held by more claims than they allow), OverConsumedCapacity (devices whose shares consume more than their capacity), OverConsumedCounter (shared counters consumed beyond their value).",
 		[]string{"driver", "pool", "node", "kind"}, nil, metrics.ALPHA, "")
 	wholeFreeDesc = metrics.NewDesc("drascope_resourcepool_whole_devices_free",
-		"Whole devices a pool can still give a pod: physical devices offered as partitions (shared counter sets, KEP-4815) that no allocated device draws on, and Available devices that draw on no counters. Beside drascope_resourcepool_devices{state=\"Available\"}, which counts free partitions too, it shows whether small allocations fragment the pool (deviceChoice: BestFit packs them).",
+		"Whole devices a pool can still give a pod: physical devices offered as partitions (shared counter sets, KEP-4815) that no allocated device draws on and whose device taking all of them is Available, and Available devices that draw on no counters. Beside drascope_resourcepool_devices{state=\"Available\"}, which counts free partitions too, it shows whether small allocations fragment the pool (deviceChoice: BestFit packs them).",
 		[]string{"driver", "pool", "node"}, nil, metrics.ALPHA, "")
 	healthDesc = metrics.NewDesc("drascope_resourcepool_device_health",
 		"Devices of a pool by the health kubelet last reported for them in pod status (KEP-4680): Healthy, Unhealthy, or Unknown (no report, or an Unhealthy report older than deviceHealth.unhealthyHoldTime).",

@@ -67,8 +67,11 @@ type Options struct {
 	ObserveOverBudget func()
 	// Informers, when set, makes the informer factory of a term, as
 	// kube-controller-manager hands its controllers their informers; by
-	// default one on the publisher's client. A term needs a factory of its
-	// own: it ends when the CRD goes away, and an informer cannot restart.
+	// default one on the publisher's client. Unlike those, it must return
+	// a new, unstarted factory on every call, which the term starts, adds
+	// its index and handler to, and shuts down: a term ends when the CRD
+	// goes away, and an informer cannot restart. A shared factory would
+	// be shut down with the first term.
 	Informers func() externalversions.SharedInformerFactory
 	// Clock, for tests.
 	Clock clock.WithTicker
