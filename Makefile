@@ -115,6 +115,10 @@ test-integration: build tools $(BIN)/promtool $(BIN)/helm ## Integration tests o
 # harness flags, e.g. -perf-pairs=5 to run each workload five times with each
 # scheduler. For instance, the noise study of docs/perf.md:
 #   make perf PERF_WORKLOADS=SchedulingWithResourceClaimTemplate_2000pods_200nodes PERF_FLAGS=-perf-pairs=5 PERF_OUT=_output/perf-pairs
+# -perf-variants=drascope,drascope-bestfit runs only the variants named (the
+# report then has no upstream column for those workloads), e.g. BestFit
+# against FirstFit at scale:
+#   make perf-scale PERF_WORKLOADS=SteadyStateAtScale_nearlyfull_2000nodes PERF_FLAGS='-perf-pairs=3 -perf-variants=drascope,drascope-bestfit'
 # Every run writes a CPU profile of its measured phase (-perf-cpuprofile):
 # the report's scheduler CPU per pod is read from it.
 PERF_OUT     ?= $(CURDIR)/_output/perf

@@ -95,6 +95,11 @@ type variant struct {
 // perf` runs; more show how much of a difference is noise (docs/perf.md).
 var pairs = flag.Int("perf-pairs", 1, "run each selected workload this many times with each scheduler, alternating which goes first; the report gives the median pair")
 
+// onlyVariants narrows the variants a workload runs with, so that a
+// comparison of two of them (say DRAScope's FirstFit and BestFit) does not
+// pay for the others' runs. The report leaves out what did not run.
+var onlyVariants = flag.String("perf-variants", "", "comma-separated variants to run (e.g. drascope,drascope-bestfit); empty runs every variant of each workload")
+
 func TestMain(m *testing.M) {
 	if err := perf.InitTests(); err != nil {
 		fmt.Fprintf(os.Stderr, "%v\n", err)
@@ -131,16 +136,30 @@ func BenchmarkPerfScheduling(b *testing.B) {
 	if *pairs < 1 {
 		b.Fatalf("-perf-pairs=%d: want at least 1", *pairs)
 	}
+	only, err := variantNames(*onlyVariants)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for pair := 1; pair <= *pairs; pair++ {
 		for i, u := range units {
 			order := u.variants()
+			var chosen []string
+			if only != nil {
+				order = slices.DeleteFunc(order, func(v variant) bool { return !only[v.name] })
+				if len(order) == 0 {
+					continue
+				}
+				for _, v := range order {
+					chosen = append(chosen, v.name)
+				}
+			}
 			if (i+pair)%2 == 0 {
 				slices.Reverse(order)
 			}
 			b.Run(u.testCase+"_"+u.workload, func(b *testing.B) {
 				for position, v := range order {
 					b.Run(v.name, func(b *testing.B) {
-						runOnce(b, dir, u, v, pair, position+1)
+						runOnce(b, dir, u, v, pair, position+1, chosen)
 					})
 				}
 			})
@@ -148,9 +167,29 @@ func BenchmarkPerfScheduling(b *testing.B) {
 	}
 }
 
+// variantNames parses -perf-variants; nil means every variant.
+func variantNames(list string) (map[string]bool, error) {
+	if list == "" {
+		return nil, nil
+	}
+	known := map[string]bool{bestFitVariant.name: true, noPublishVariant.name: true}
+	for _, v := range slices.Concat(variants, scoringVariants, preQueueingHintsVariants) {
+		known[v.name] = true
+	}
+	names := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if !known[name] {
+			return nil, fmt.Errorf("-perf-variants: unknown variant %q (known: %s)", name, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+		}
+		names[name] = true
+	}
+	return names, nil
+}
+
 // runOnce runs one workload with one variant and records the run in the
-// index.
-func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
+// index; chosen are the variants -perf-variants left it (nil: all).
+func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int, chosen []string) {
 	config, err := u.configFor(b.TempDir(), v)
 	if err != nil {
 		b.Fatal(err)
@@ -159,7 +198,7 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	entry := results.IndexEntry{TestCase: u.testCase, Workload: u.workload, Variant: v.name, Pair: pair, Position: position}
+	entry := results.IndexEntry{TestCase: u.testCase, Workload: u.workload, Variant: v.name, Pair: pair, Position: position, Variants: chosen}
 	start := time.Now()
 	perf.RunBenchmarkPerfScheduling(b, config, v.name, registry(), perf.WithPrepareFn(func(tCtx ktesting.TContext) error {
 		// scheduler_perf does not reset every metric between runs: count

@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -55,6 +56,9 @@ type IndexEntry struct {
 	Position int `json:"position"`
 	// ResultFile is scheduler_perf's JSON file, in the same directory.
 	ResultFile string `json:"resultFile"`
+	// Variants are the variants the workload ran with in this pair, when
+	// -perf-variants chose them; empty means every variant of the workload.
+	Variants []string `json:"variants,omitempty"`
 	// Seconds is the run's wall time, set-up included.
 	Seconds float64 `json:"seconds"`
 	// CPUProfile is scheduler_perf's CPU profile of the measured phase
@@ -265,10 +269,13 @@ type Row struct {
 }
 
 // Compare pairs the runs of each workload, in the order they ran. Pairs that
-// lack a variant are reported as an error, listed after the rows.
+// lack a variant are reported as an error, listed after the rows, unless
+// -perf-variants left it out.
 func Compare(runs []Run) ([]Row, error) {
 	type pair struct {
 		upstream, drascope *Run
+		// chosen are the variants -perf-variants chose; nil: all.
+		chosen []string
 	}
 	type workload struct {
 		order int
@@ -290,6 +297,7 @@ func Compare(runs []Run) ([]Row, error) {
 		if w.pairs[n] == nil {
 			w.pairs[n] = &pair{}
 		}
+		w.pairs[n].chosen = r.Variants
 		switch r.Variant {
 		case Upstream, UpstreamPreQueueingHints:
 			w.pairs[n].upstream = r
@@ -303,6 +311,10 @@ func Compare(runs []Run) ([]Row, error) {
 		var complete []Row
 		for n, p := range w.pairs {
 			if p.upstream == nil || p.drascope == nil {
+				if p.chosen != nil && !(slices.Contains(p.chosen, Upstream) && slices.Contains(p.chosen, DRAScope)) {
+					// -perf-variants left one out: nothing to compare.
+					continue
+				}
 				name := key
 				if len(w.pairs) > 1 {
 					name = fmt.Sprintf("%s pair %d", key, n)

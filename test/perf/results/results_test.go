@@ -45,13 +45,18 @@ func TestLoadAndCompare(t *testing.T) {
 	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "b", Variant: DRAScope, Position: 1, ResultFile: "b-ds.json"}, "50", "DRAScope")
 	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "b", Variant: Upstream, Position: 2, ResultFile: "b-up.json"}, "40", "DynamicResources")
 	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "c", Variant: DRAScope, Position: 1, ResultFile: "c-ds.json"}, "40", "DRAScope")
+	// d: -perf-variants=drascope,drascope-bestfit left upstream out, which
+	// is no error, and no row.
+	chosen := []string{DRAScope, DRAScopeBestFit}
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "d", Variant: DRAScope, Position: 1, ResultFile: "d-ds.json", Variants: chosen}, "40", "DRAScope")
+	writeRun(t, dir, IndexEntry{TestCase: "T", Workload: "d", Variant: DRAScopeBestFit, Position: 2, ResultFile: "d-bf.json", Variants: chosen}, "40", "DRAScope")
 
 	runs, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 5 {
-		t.Fatalf("loaded %d runs, want 5", len(runs))
+	if len(runs) != 7 {
+		t.Fatalf("loaded %d runs, want 7", len(runs))
 	}
 	if got := runs[1].PreFilterMs.P50; got != 1.5 {
 		t.Errorf("DRAScope's PreFilter p50 = %v, want 1.5 (its own plugin's series, not another's)", got)
@@ -67,8 +72,8 @@ func TestLoadAndCompare(t *testing.T) {
 	}
 
 	rows, err := Compare(runs)
-	if err == nil || !strings.Contains(err.Error(), "T/c: ran with only one variant") {
-		t.Errorf("Compare error = %v, want T/c reported", err)
+	if err == nil || !strings.Contains(err.Error(), "T/c: ran with only one variant") || strings.Contains(err.Error(), "T/d") {
+		t.Errorf("Compare error = %v, want T/c reported and not T/d", err)
 	}
 	if len(rows) != 2 || rows[0].Workload != "T/a" || rows[1].Workload != "T/b" {
 		t.Fatalf("rows = %+v, want T/a then T/b", rows)
