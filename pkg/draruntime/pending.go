@@ -11,7 +11,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
@@ -23,8 +22,9 @@ import (
 // at scrape time: the side cache, and the scheduler's pods and claims.
 type metricsSource struct {
 	*poolcache.Cache
-	r       *Runtime
-	pods    corelisters.PodLister
+	r *Runtime
+	// pods are the pods with claims, kept from the pod informer's events.
+	pods    *podsWithClaims
 	claims  resourcelisters.ResourceClaimLister
 	classes resourcelisters.DeviceClassLister
 	// classCounts caches AvailableDevicesByDeviceClass per pool.
@@ -56,13 +56,8 @@ func (s *metricsSource) PendingPodsByDeviceClass() map[string]int {
 			counts[class.Name] = 0
 		}
 	}
-	pods, err := s.pods.List(labels.Everything())
-	if err != nil {
-		return counts
-	}
-	for _, pod := range pods {
-		if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil || len(pod.Spec.ResourceClaims) == 0 ||
-			!profiles.Has(pod.Spec.SchedulerName) || pod.Status.Phase != v1.PodPending {
+	for _, pod := range s.pods.unboundPods() {
+		if !profiles.Has(pod.Spec.SchedulerName) {
 			continue
 		}
 		classes := map[string]bool{}
@@ -102,19 +97,9 @@ const otherSchedulers = "(others)"
 // "(others)", so the same names keep their series from scrape to scrape.
 func (s *metricsSource) PodsWithClaimsByScheduler() map[string]int {
 	profiles := s.r.profileNames()
-	counts := map[string]int{}
+	counts := s.pods.counts()
 	for profile := range profiles {
-		counts[profile] = 0
-	}
-	pods, err := s.pods.List(labels.Everything())
-	if err != nil {
-		return counts
-	}
-	for _, pod := range pods {
-		if len(pod.Spec.ResourceClaims) == 0 || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-			continue
-		}
-		counts[pod.Spec.SchedulerName]++
+		counts[profile] += 0
 	}
 	return capSeries(counts, func(name string) bool { return profiles.Has(name) || name == v1.DefaultSchedulerName })
 }

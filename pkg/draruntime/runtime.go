@@ -46,6 +46,7 @@ import (
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/health"
+	"github.com/drascope/drascope/pkg/informerevents"
 	"github.com/drascope/drascope/pkg/metrics"
 	"github.com/drascope/drascope/pkg/poolcache"
 	"github.com/drascope/drascope/pkg/poolpublisher"
@@ -252,7 +253,9 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	if err != nil {
 		return err
 	}
-	r.startMetrics(ctx, publisher)
+	if err := r.startMetrics(ctx, publisher); err != nil {
+		return err
+	}
 	klog.FromContext(ctx).Info("Started the DRAScope runtime", "profile", h.ProfileName(),
 		"publishResourcePools", args.PoolStatus.PublishResourcePools,
 		"minPublishInterval", args.PoolStatus.MinPublishInterval.Duration,
@@ -430,11 +433,17 @@ func (r *Runtime) startPublisher(ctx context.Context, h Handle, args *config.DRA
 
 // startMetrics exports the pools' and the health cache's metrics until ctx
 // ends.
-func (r *Runtime) startMetrics(ctx context.Context, publisher *poolpublisher.Publisher) {
+func (r *Runtime) startMetrics(ctx context.Context, publisher *poolpublisher.Publisher) error {
+	pods := newPodsWithClaims()
+	podInformer := r.informers.Core().V1().Pods().Informer()
+	registration, err := podInformer.AddEventHandler(informerevents.Handlers(pods.set, pods.remove))
+	if err != nil {
+		return fmt.Errorf("following pods for the metrics: %w", err)
+	}
 	stopExport := metrics.Export(&metricsSource{
 		Cache:     r.pools,
 		r:         r,
-		pods:      r.informers.Core().V1().Pods().Lister(),
+		pods:      pods,
 		claims:    r.informers.Resource().V1().ResourceClaims().Lister(),
 		classes:   r.informers.Resource().V1().DeviceClasses().Lister(),
 		publisher: publisher,
@@ -442,7 +451,9 @@ func (r *Runtime) startMetrics(ctx context.Context, publisher *poolpublisher.Pub
 	r.goroutines.Go(func() {
 		<-ctx.Done()
 		stopExport()
+		_ = podInformer.RemoveEventHandler(registration)
 	})
+	return nil
 }
 
 // profileNames are the profiles that joined so far.
