@@ -209,7 +209,7 @@ func TestChartReplaceModeRendersTwoProfiles(t *testing.T) {
 func TestChartPluginValues(t *testing.T) {
 	for _, mode := range []string{"secondScheduler", "replaceKubeScheduler"} {
 		t.Run(mode, func(t *testing.T) {
-			got := normalized(t, render(t, "mode="+mode, "plugin.publishResourcePools=false", "plugin.scoringStrategy=None", "plugin.deviceHealthPolicy=Avoid"))
+			got := normalized(t, render(t, "mode="+mode, "plugin.publishResourcePools=false", "plugin.scoringStrategy=None", "plugin.deviceChoice=FirstFit", "plugin.deviceHealthPolicy=Avoid"))
 			config := got[configMap]["data"].(object)["config.yaml"].(object)
 			seen := 0
 			for _, p := range config["profiles"].([]any) {
@@ -226,6 +226,9 @@ func TestChartPluginValues(t *testing.T) {
 					}
 					if v := args["scoring"].(object)["strategy"]; v != "None" {
 						t.Errorf("scoring.strategy = %v, want None", v)
+					}
+					if v := args["deviceChoice"]; v != "FirstFit" {
+						t.Errorf("deviceChoice = %v, want FirstFit", v)
 					}
 					if v := args["deviceHealth"].(object)["policy"]; v != "Avoid" {
 						t.Errorf("deviceHealth.policy = %v, want Avoid", v)

@@ -56,6 +56,7 @@ func (d *demo) run(ctx context.Context) error {
 		{"The pools fill up; a pending pod says why, and describe node shows where there is room", d.fill},
 		{"The fabric pool runs dry; the shipped alert rules, over the scheduler's metrics, say so", d.alerts},
 		{"An urgent inference pod preempts a training pod on a full node and takes its GPU", d.preempt},
+		{"Two half-GPU pods share one partitionable GPU, so a pod that needs a whole one still fits", d.deviceChoice},
 	}
 	for i, step := range steps {
 		fmt.Fprintf(d.out, "\n=== Step %d of %d: %s\n", i+1, len(steps), step.title)

@@ -41,8 +41,19 @@ func deviceClasses() []*resourceapi.DeviceClass {
 	}
 }
 
-// nodeResources are one node's devices: gpus whole GPUs, and one
-// partitionable GPU whose two halves and whole share its memory counters.
+// partitionableGPUs is how many partitionable GPUs each node has.
+const partitionableGPUs = 2
+
+// nodeResources are one node's devices: gpus whole GPUs, and
+// partitionableGPUs partitionable GPUs pgpu-N, each offered whole
+// (pgpu-N-whole) and as two halves (pgpu-N-half-0, pgpu-N-half-1) that share
+// its memory counters.
+//
+// The partitions are listed halves first, half 0 of every GPU before half 1,
+// as a driver that numbers partitions per profile might list them: upstream's
+// first-fit choice then puts two half-GPU pods on two GPUs, and no GPU stays
+// whole. The demo's device-choice step shows deviceChoice BestFit packing
+// them on one GPU regardless.
 func nodeResources(gpus int) *resourceslice.DriverResources {
 	kind := func(k string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 		return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"kind": {StringValue: ptr.To(k)}}
@@ -55,22 +66,33 @@ func nodeResources(gpus int) *resourceslice.DriverResources {
 			Capacity:   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("80Gi")}},
 		})
 	}
-	partition := func(name, memory string) resourceapi.Device {
+	partition := func(gpu int, name, memory string) resourceapi.Device {
 		return resourceapi.Device{
-			Name:       name,
+			Name:       fmt.Sprintf("pgpu-%d-%s", gpu, name),
 			Attributes: kind("partition"),
 			Capacity:   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse(memory)}},
 			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
-				CounterSet: "partitionable-gpu",
+				CounterSet: fmt.Sprintf("pgpu-%d", gpu),
 				Counters:   map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(memory)}},
 			}},
 		}
 	}
-	devices = append(devices, partition("pgpu-whole", "80Gi"), partition("pgpu-half-0", "40Gi"), partition("pgpu-half-1", "40Gi"))
+	var counters []resourceapi.CounterSet
+	for gpu := range partitionableGPUs {
+		counters = append(counters, resourceapi.CounterSet{Name: fmt.Sprintf("pgpu-%d", gpu), Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}})
+	}
+	for _, half := range []string{"half-0", "half-1"} {
+		for gpu := range partitionableGPUs {
+			devices = append(devices, partition(gpu, half, "40Gi"))
+		}
+	}
+	for gpu := range partitionableGPUs {
+		devices = append(devices, partition(gpu, "whole", "80Gi"))
+	}
 	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
 		// The pool is named after the node by the caller.
 		"": {Slices: []resourceslice.Slice{
-			{SharedCounters: []resourceapi.CounterSet{{Name: "partitionable-gpu", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}}}},
+			{SharedCounters: counters},
 			{Devices: devices},
 		}},
 	}}

@@ -53,7 +53,7 @@ func (d *demo) monitor(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.say("%d monitoring pods run, one per node, %s (all %d GPUs and its partitionable GPU allocated) included", len(pods), d.nodes[0], d.gpus)
+	d.say("%d monitoring pods run, one per node, %s (all %d GPUs and a partitionable GPU allocated) included", len(pods), d.nodes[0], d.gpus)
 	if err := d.observesWholePartition(ctx, pods, d.nodes[0]); err != nil {
 		return err
 	}
@@ -65,31 +65,30 @@ func (d *demo) monitor(ctx context.Context) error {
 	return err
 }
 
-// usePartitionableGPU runs partition-user.yaml on node: it takes the whole
-// partitionable GPU, so that the GPU's shared counters are used up.
+// usePartitionableGPU runs partition-user.yaml on node: it takes a whole
+// partitionable GPU (pgpu-0-whole), so that the GPU's shared counters are
+// used up.
 func (d *demo) usePartitionableGPU(ctx context.Context, node string) error {
-	d.say("$ kubectl apply -n training -f manifests/examples/demo/admin-access-monitor/partition-user.yaml   # the whole 80Gi partition of %s's partitionable GPU", node)
-	template, err := demoObject[*resourceapi.ResourceClaimTemplate]("admin-access-monitor/partition-user.yaml")
+	d.say("$ kubectl apply -n training -f manifests/examples/demo/admin-access-monitor/partition-user.yaml   # the whole 80Gi partition of one of %s's partitionable GPUs", node)
+	if err := d.createPods(ctx, "admin-access-monitor/partition-user.yaml", node, "partition-user"); err != nil {
+		return err
+	}
+	pods, err := d.waitRunning(ctx, "training", "app=partition-user", 1)
 	if err != nil {
 		return err
 	}
-	if _, err := d.client.ResourceV1().ResourceClaimTemplates("training").Create(ctx, template, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	pod, err := demoObject[*v1.Pod]("admin-access-monitor/partition-user.yaml")
+	device, err := d.deviceOf(ctx, &pods[0])
 	if err != nil {
 		return err
 	}
-	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
-	if _, err := d.client.CoreV1().Pods("training").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return err
+	if device != "pgpu-0-whole" {
+		return fmt.Errorf("partition-user got %s, want pgpu-0-whole: the first whole partition the driver lists, whichever deviceChoice", device)
 	}
-	_, err = d.waitRunning(ctx, "training", "app=partition-user", 1)
-	return err
+	return nil
 }
 
 // observesWholePartition checks that the monitoring pod on node got admin
-// access to every partition of its partitionable GPU, the whole one that a
+// access to every partition of its partitionable GPUs, the whole one that a
 // workload fully uses included: upstream 1.37 refuses that
 // (kubernetes/kubernetes#140729).
 func (d *demo) observesWholePartition(ctx context.Context, pods []v1.Pod, node string) error {
@@ -109,10 +108,11 @@ func (d *demo) observesWholePartition(ctx context.Context, pods []v1.Pod, node s
 				}
 			}
 		}
-		if !slices.Contains(partitions, "pgpu-whole") || len(partitions) != 3 {
-			return fmt.Errorf("monitoring pod %s on %s observes partitions %v, want pgpu-whole and both halves with admin access", pod.Name, node, partitions)
+		if !slices.Contains(partitions, "pgpu-0-whole") || len(partitions) != 3*partitionableGPUs {
+			return fmt.Errorf("monitoring pod %s on %s observes partitions %v, want all %d, pgpu-0-whole included, with admin access", pod.Name, node, partitions, 3*partitionableGPUs)
 		}
-		d.say("monitoring pod %s observes %s's partitions %s with admin access, although training/partition-user uses them all (upstream 1.37 refuses this: kubernetes/kubernetes#140729)", pod.Name, node, strings.Join(partitions, ", "))
+		slices.Sort(partitions)
+		d.say("monitoring pod %s observes %s's partitions %s with admin access, although training/partition-user uses pgpu-0 whole (upstream 1.37 refuses this: kubernetes/kubernetes#140729)", pod.Name, node, strings.Join(partitions, ", "))
 		return nil
 	}
 	return fmt.Errorf("no monitoring pod with a claim runs on %s", node)

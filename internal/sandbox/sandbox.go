@@ -120,8 +120,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	for i := range nodes {
 		nodes[i] = "node-" + strconv.Itoa(i+1)
 	}
-	say("Starting KWOK with %d nodes, and a simulated DRA driver: per node %d GPUs and one partitionable GPU (driver %s), and a network-attached pool (driver %s) ...",
-		opts.Nodes, opts.DevicesPerNode, gpuDriver, fabricDriver)
+	say("Starting KWOK with %d nodes, and a simulated DRA driver: per node %d GPUs and %d partitionable GPUs (driver %s), and a network-attached pool (driver %s) ...",
+		opts.Nodes, opts.DevicesPerNode, partitionableGPUs, gpuDriver, fabricDriver)
 	if err := startNodes(ctx, cp, client, kubeconfig, nodes); err != nil {
 		return err
 	}

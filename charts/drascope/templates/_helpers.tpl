@@ -31,7 +31,7 @@ DRAScope args of every profile that runs DRAScope.
 {{- define "drascope.config" -}}
 {{- $file := include "drascope.manifest" (dict "root" . "path" (include "drascope.configFile" .)) -}}
 {{- $plugin := .Values.plugin -}}
-{{- if and (kindIs "invalid" $plugin.publishResourcePools) (kindIs "invalid" $plugin.scoringStrategy) (kindIs "invalid" $plugin.deviceHealthPolicy) -}}
+{{- if and (kindIs "invalid" $plugin.publishResourcePools) (kindIs "invalid" $plugin.scoringStrategy) (kindIs "invalid" $plugin.deviceChoice) (kindIs "invalid" $plugin.deviceHealthPolicy) -}}
 {{- $file -}}
 {{- else -}}
 {{- $config := $file | fromYaml -}}
@@ -49,6 +49,9 @@ DRAScope args of every profile that runs DRAScope.
 {{- $scoring := $args.scoring | default dict -}}
 {{- $_ := set $scoring "strategy" $plugin.scoringStrategy -}}
 {{- $_ := set $args "scoring" $scoring -}}
+{{- end -}}
+{{- if not (kindIs "invalid" $plugin.deviceChoice) -}}
+{{- $_ := set $args "deviceChoice" $plugin.deviceChoice -}}
 {{- end -}}
 {{- if not (kindIs "invalid" $plugin.deviceHealthPolicy) -}}
 {{- $deviceHealth := $args.deviceHealth | default dict -}}
