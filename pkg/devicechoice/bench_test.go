@@ -7,6 +7,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/drascope/drascope/pkg/slicememo"
 )
 
 // BenchmarkOrderPools is one scheduling cycle's ordering of a cluster's
@@ -47,10 +49,15 @@ func BenchmarkOrderPools(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		build func() ([]*resourceapi.ResourceSlice, sets.Set[structured.DeviceID])
-	}{{"plain-2000-pools", plain}, {"partitionable-50-pools", split}} {
+		memo  bool
+	}{{"plain-2000-pools", plain, false}, {"plain-2000-pools-memo", plain, true}, {"partitionable-50-pools", split, false}, {"partitionable-50-pools-memo", split, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			all, used := c.build()
 			opts := Options{InUse: used.Has, Want: 1}
+			if c.memo {
+				// The plugin keeps one per profile across cycles.
+				opts.Orderable = &slicememo.Memo[bool]{}
+			}
 			b.ReportAllocs()
 			for b.Loop() {
 				OrderPools(all, opts)

@@ -31,6 +31,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/drascope/drascope/pkg/slicememo"
 )
 
 // DefaultTopologyAttributes are the standard attributes that group devices
@@ -49,6 +51,11 @@ type Options struct {
 	// TopologyAttributes name the attributes that group devices; the first
 	// one a device has is its group. Nil: DefaultTopologyAttributes.
 	TopologyAttributes []resourceapi.QualifiedName
+	// Orderable, when set, remembers across calls which slices have
+	// anything to order by, so that a cluster of plain devices costs a map
+	// lookup per slice and cycle rather than a look at every device. Calls
+	// that share it must have the same TopologyAttributes.
+	Orderable *slicememo.Memo[bool]
 }
 
 // Order returns the pool's slices with each slice's devices in BestFit
@@ -296,7 +303,16 @@ func OrderPools(all []*resourceapi.ResourceSlice, opts Options) []*resourceapi.R
 	if opts.TopologyAttributes == nil {
 		opts.TopologyAttributes = DefaultTopologyAttributes
 	}
-	if !slices.ContainsFunc(all, func(slice *resourceapi.ResourceSlice) bool { return orderable(slice, opts.TopologyAttributes) }) {
+	isOrderable := func(slice *resourceapi.ResourceSlice) bool { return orderable(slice, opts.TopologyAttributes) }
+	anyOrderable := false
+	opts.Orderable.Begin()
+	for _, slice := range all {
+		// Every slice, not only up to the first orderable one: the memo
+		// forgets slices a call does not pass.
+		anyOrderable = opts.Orderable.Of(slice, isOrderable) || anyOrderable
+	}
+	opts.Orderable.End()
+	if !anyOrderable {
 		// A cluster of plain devices: nothing to order, no pool to group.
 		return all
 	}

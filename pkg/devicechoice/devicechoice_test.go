@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/slicememo"
 )
 
 const driver, pool = "gpu.example.com", "node-1"
@@ -155,5 +157,23 @@ func TestOrderPoolsOrdersTheNewestGeneration(t *testing.T) {
 	}
 	if got := names(out[3])[0]; got != "gpu-1-full" {
 		t.Errorf("the newest generation starts with %s, want gpu-1-full (gpu-1 is split)", got)
+	}
+}
+
+// With a memo shared across cycles, a cluster of plain devices is returned
+// as it is, and once a partitionable slice joins it, that slice is ordered:
+// the memo remembers slices, not the cluster's answer.
+func TestOrderPoolsWithAMemoSeesNewSlices(t *testing.T) {
+	memo := &slicememo.Memo[bool]{}
+	plain := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: driver, Pool: resourceapi.ResourcePool{Name: "plain"}, Devices: []resourceapi.Device{{Name: "gpu-0"}}}}
+	opts := Options{InUse: inUse("gpu-1-partition-0"), Orderable: memo}
+	for range 3 {
+		if out := OrderPools([]*resourceapi.ResourceSlice{plain}, opts); out[0] != plain {
+			t.Fatal("a plain slice was copied")
+		}
+	}
+	out := OrderPools(append([]*resourceapi.ResourceSlice{plain}, partitionable(2)...), opts)
+	if got := names(out[2])[0]; got != "gpu-1-full" {
+		t.Errorf("the partitionable pool starts with %s, want gpu-1-full (gpu-1 is split)", got)
 	}
 }

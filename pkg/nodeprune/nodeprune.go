@@ -70,8 +70,8 @@ func Candidates(claims []*resourceapi.ResourceClaim, classes ClassGetter, view V
 	// everywhere: those met by devices every node reaches.
 	met := make(map[string]uint64, len(nodes))
 	var everywhere uint64
-	view.IDs.begin()
-	defer view.IDs.end()
+	view.IDs.Begin()
+	defer view.IDs.End()
 	for _, slice := range view.Slices {
 		sliceMeets := meets(needs, slice.Spec.Driver)
 		if sliceMeets == 0 {
@@ -86,7 +86,7 @@ func Candidates(claims []*resourceapi.ResourceClaim, classes ClassGetter, view V
 		}
 		// Interned once per slice (DeviceIDs): interning every device's
 		// names cost a millisecond per pod at 5000 devices.
-		ids := view.IDs.of(slice)
+		ids := view.IDs.Of(slice, makeIDs)
 		for i := range slice.Spec.Devices {
 			device := &slice.Spec.Devices[i]
 			id := ids[i]

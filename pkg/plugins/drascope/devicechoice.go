@@ -7,6 +7,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/drascope/drascope/pkg/devicechoice"
+	"github.com/drascope/drascope/pkg/slicememo"
 )
 
 // bestFit orders the slices upstream's PreFilter lists for its allocator
@@ -21,6 +22,8 @@ type bestFit struct {
 	// active is set while upstream's PreFilter runs: only its listing
 	// builds the allocator (Filter's node-allocatable lookups list too).
 	active atomic.Bool
+	// orderable remembers which slices have anything to order by.
+	orderable slicememo.Memo[bool]
 }
 
 // order returns the slices in BestFit order, from what the cycle captured
@@ -33,8 +36,9 @@ func (b *bestFit) order(slices []*resourceapi.ResourceSlice, capture *cycleCaptu
 	}
 	inUse := seen.state.AllocatedDevices
 	return devicechoice.OrderPools(slices, devicechoice.Options{
-		InUse: func(id structured.DeviceID) bool { return inUse.Has(id) },
-		Want:  int(b.want.Load()),
+		InUse:     func(id structured.DeviceID) bool { return inUse.Has(id) },
+		Want:      int(b.want.Load()),
+		Orderable: &b.orderable,
 	})
 }
 
