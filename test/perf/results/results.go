@@ -350,8 +350,12 @@ func Compare(runs []Run) ([]Row, error) {
 
 // WriteMarkdown prints the rows as the two tables of docs/perf.md. A
 // workload run in several pairs shows its median pair, and the range of the
-// ratios beside the median.
+// ratios beside the median. Without rows (-perf-variants left upstream
+// out) it prints nothing.
 func WriteMarkdown(w io.Writer, rows []Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
 	var b strings.Builder
 	b.WriteString("| Workload | Upstream pods/s avg (p50/p90) | DRAScope pods/s avg (p50/p90) | DRAScope/upstream | First |\n")
 	b.WriteString("|---|---|---|---|---|\n")

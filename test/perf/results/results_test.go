@@ -339,3 +339,12 @@ func TestWriteDeviceChoice(t *testing.T) {
 		}
 	}
 }
+
+// A run that left upstream out (-perf-variants) has no rows, and no empty
+// tables.
+func TestWriteMarkdownWithoutRowsPrintsNothing(t *testing.T) {
+	var out strings.Builder
+	if err := WriteMarkdown(&out, nil); err != nil || out.Len() != 0 {
+		t.Errorf("WriteMarkdown(nil) = %q, %v; want nothing", out.String(), err)
+	}
+}
