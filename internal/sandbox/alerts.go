@@ -7,8 +7,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/drascope/drascope/internal/localcluster"
@@ -27,23 +25,12 @@ const fabricJobs = 5
 // and every pool is Valid and Complete.
 func (d *demo) alerts(ctx context.Context) error {
 	const file = "fabric-exhausted/fabric-job.yaml"
-	template, err := demoObject[*resourceapi.ResourceClaimTemplate](file)
-	if err != nil {
-		return err
-	}
-	if _, err := d.client.ResourceV1().ResourceClaimTemplates("training").Create(ctx, template, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	pod, err := demoObject[*v1.Pod](file)
-	if err != nil {
-		return err
-	}
+	var jobs []string
 	for i := 1; i <= fabricJobs; i++ {
-		job := pod.DeepCopy()
-		job.Name = fmt.Sprintf("fabric-job-%d", i)
-		if _, err := d.client.CoreV1().Pods("training").Create(ctx, job, metav1.CreateOptions{}); err != nil {
-			return err
-		}
+		jobs = append(jobs, fmt.Sprintf("fabric-job-%d", i))
+	}
+	if err := d.createPods(ctx, file, "", jobs...); err != nil {
+		return err
 	}
 	d.say("$ kubectl apply -n training -f manifests/examples/demo/%s   # %d times, as fabric-job-1 ... fabric-job-%d: the fabric pool has %d devices", file, fabricJobs, fabricJobs, fabricJobs-1)
 	running, err := d.waitRunning(ctx, "training", "app=fabric-job", fabricJobs-1)

@@ -80,8 +80,9 @@ func (d *demo) deviceChoice(ctx context.Context) error {
 	return nil
 }
 
-// createPods creates the claim template and the pod of a demo manifest, the
-// pod once per name, pinned to node.
+// createPods creates the claim template and the pod of a demo manifest, in
+// namespace training, the pod once per name, pinned to node unless node is
+// empty.
 func (d *demo) createPods(ctx context.Context, file, node string, names ...string) error {
 	template, err := demoObject[*resourceapi.ResourceClaimTemplate](file)
 	if err != nil {
@@ -97,7 +98,9 @@ func (d *demo) createPods(ctx context.Context, file, node string, names ...strin
 	for _, name := range names {
 		p := pod.DeepCopy()
 		p.Name = name
-		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+		if node != "" {
+			p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+		}
 		if _, err := d.client.CoreV1().Pods("training").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return err
 		}
