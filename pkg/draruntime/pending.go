@@ -99,7 +99,9 @@ func (s *metricsSource) PodsWithClaimsByScheduler() map[string]int {
 	profiles := s.r.profileNames()
 	counts := s.pods.counts()
 	for profile := range profiles {
-		counts[profile] += 0
+		if _, ok := counts[profile]; !ok {
+			counts[profile] = 0
+		}
 	}
 	return capSeries(counts, func(name string) bool { return profiles.Has(name) || name == v1.DefaultSchedulerName })
 }
