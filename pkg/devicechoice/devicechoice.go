@@ -58,18 +58,25 @@ type Options struct {
 	Orderable *slicememo.Memo[bool]
 }
 
+// withDefaults fills in what the caller left unset: nothing in use, the
+// default topology attributes.
+func (o Options) withDefaults() Options {
+	if o.InUse == nil {
+		o.InUse = func(structured.DeviceID) bool { return false }
+	}
+	if o.TopologyAttributes == nil {
+		o.TopologyAttributes = DefaultTopologyAttributes
+	}
+	return o
+}
+
 // Order returns the pool's slices with each slice's devices in BestFit
 // order. A slice whose order does not change is returned as it is; one
 // that changes is a copy (informer objects are never written). The slices
 // must be those of one pool's current generation: counter sets are the
 // pool's.
 func Order(pool []*resourceapi.ResourceSlice, opts Options) []*resourceapi.ResourceSlice {
-	if opts.InUse == nil {
-		opts.InUse = func(structured.DeviceID) bool { return false }
-	}
-	if opts.TopologyAttributes == nil {
-		opts.TopologyAttributes = DefaultTopologyAttributes
-	}
+	opts = opts.withDefaults()
 	use := counterUse(pool, opts.InUse)
 	groups := topologyGroups(pool, opts)
 	if len(use) == 0 && len(groups) == 0 {
@@ -300,9 +307,7 @@ func orderable(slice *resourceapi.ResourceSlice, attrs []resourceapi.QualifiedNa
 // OrderPools is Order for every pool among slices (as a slice lister lists
 // them), keeping each slice's position in the list.
 func OrderPools(all []*resourceapi.ResourceSlice, opts Options) []*resourceapi.ResourceSlice {
-	if opts.TopologyAttributes == nil {
-		opts.TopologyAttributes = DefaultTopologyAttributes
-	}
+	opts = opts.withDefaults()
 	isOrderable := func(slice *resourceapi.ResourceSlice) bool { return orderable(slice, opts.TopologyAttributes) }
 	anyOrderable := false
 	opts.Orderable.Begin()
