@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -29,21 +28,8 @@ func TestPodsWithClaimsCountAsAListDoes(t *testing.T) {
 	for seed := range uint64(50) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 0))
-			claimIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-			classIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-			for _, class := range []string{"gpu", "nic"} {
-				if err := classIndex.Add(&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: class}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			followed := newPodsWithClaims()
-			handlers := informerevents.Handlers(followed.set, followed.remove)
-			s := &metricsSource{
-				r:       &Runtime{profiles: sets.New("drascope-scheduler", "second")},
-				pods:    followed,
-				claims:  resourcelisters.NewResourceClaimLister(claimIndex),
-				classes: resourcelisters.NewDeviceClassLister(classIndex),
-			}
+			s, claimIndex := testSource(t, []string{"drascope-scheduler", "second"}, "gpu", "nic")
+			handlers := informerevents.Handlers(s.pods.set, s.pods.remove)
 			cluster := map[string]*v1.Pod{}
 			schedulers := []string{"drascope-scheduler", "second", "default-scheduler"}
 			for step := range 200 {
@@ -67,13 +53,7 @@ func TestPodsWithClaimsCountAsAListDoes(t *testing.T) {
 					}
 					if rng.IntN(4) > 0 {
 						pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "dev", ResourceClaimName: ptr.To(name)}}
-						class := []string{"gpu", "nic"}[rng.IntN(2)]
-						if err := claimIndex.Add(&resourceapi.ResourceClaim{
-							ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
-							Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-								Name: "dev", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class},
-							}}}},
-						}); err != nil {
+						if err := claimIndex.Add(claimOf(name, []string{"gpu", "nic"}[rng.IntN(2)])); err != nil {
 							t.Fatal(err)
 						}
 					}

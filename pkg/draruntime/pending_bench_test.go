@@ -36,16 +36,11 @@ func BenchmarkMetricsScrape(b *testing.B) {
 // unbound and their claims unallocated.
 func scrapeSource(tb testing.TB, pods, pending, classes int) *metricsSource {
 	tb.Helper()
-	indexer := func() cache.Indexer {
-		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	}
-	claimIndex, classIndex := indexer(), indexer()
-	followed := newPodsWithClaims()
+	var names []string
 	for i := range classes {
-		if err := classIndex.Add(&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("class-%d", i)}}); err != nil {
-			tb.Fatal(err)
-		}
+		names = append(names, fmt.Sprintf("class-%d", i))
 	}
+	s, claims := testSource(tb, []string{"drascope-scheduler"}, names...)
 	for i := range pods {
 		name := fmt.Sprintf("pod-%d", i)
 		pod := &v1.Pod{
@@ -56,26 +51,47 @@ func scrapeSource(tb testing.TB, pods, pending, classes int) *metricsSource {
 			},
 			Status: v1.PodStatus{Phase: v1.PodPending},
 		}
-		claim := &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: fmt.Sprintf("class-%d", i%classes)},
-			}}}},
-		}
+		claim := claimOf(name, names[i%classes])
 		if i >= pending {
 			pod.Spec.NodeName = fmt.Sprintf("node-%d", i/8)
 			pod.Status.Phase = v1.PodRunning
 			claim.Status.Allocation = &resourceapi.AllocationResult{}
 		}
-		followed.set(pod)
-		if err := claimIndex.Add(claim); err != nil {
+		s.pods.set(pod)
+		if err := claims.Add(claim); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return s
+}
+
+// testSource is a metrics source for the profiles, with pods followed from
+// what the test passes to its pods.set and pods.remove, the device classes
+// named, and the claims the test adds to the returned indexer.
+func testSource(tb testing.TB, profiles []string, classes ...string) (*metricsSource, cache.Indexer) {
+	tb.Helper()
+	claimIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	classIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, class := range classes {
+		if err := classIndex.Add(&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: class}}); err != nil {
 			tb.Fatal(err)
 		}
 	}
 	return &metricsSource{
-		r:       &Runtime{profiles: sets.New("drascope-scheduler")},
-		pods:    followed,
+		r:       &Runtime{profiles: sets.New(profiles...)},
+		pods:    newPodsWithClaims(),
 		claims:  resourcelisters.NewResourceClaimLister(claimIndex),
 		classes: resourcelisters.NewDeviceClassLister(classIndex),
+	}, claimIndex
+}
+
+// claimOf is an unallocated claim in namespace ns asking for one device of
+// class.
+func claimOf(name, class string) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "dev", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class},
+		}}}},
 	}
 }
