@@ -158,6 +158,34 @@ func (d *demo) pod(ctx context.Context, namespace, name, node string) error {
 	return err
 }
 
+// createPods creates the claim template and the pod of a demo manifest, in
+// namespace training, the pod once per name, pinned to node unless node is
+// empty.
+func (d *demo) createPods(ctx context.Context, file, node string, names ...string) error {
+	template, err := demoObject[*resourceapi.ResourceClaimTemplate](file)
+	if err != nil {
+		return err
+	}
+	if _, err := d.client.ResourceV1().ResourceClaimTemplates("training").Create(ctx, template, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	pod, err := demoObject[*v1.Pod](file)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		p := pod.DeepCopy()
+		p.Name = name
+		if node != "" {
+			p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+		}
+		if _, err := d.client.CoreV1().Pods("training").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // waitRunning waits until n pods of the selector run, and returns them.
 func (d *demo) waitRunning(ctx context.Context, namespace, selector string, n int) ([]v1.Pod, error) {
 	var pods []v1.Pod

@@ -6,10 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-
-	v1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // deviceChoice puts two half-GPU pods on a node whose driver lists half 0 of
@@ -77,34 +73,6 @@ func (d *demo) deviceChoice(ctx context.Context) error {
 		return fmt.Errorf("describe pool %s.%s shows no physical devices:\n%s", gpuDriver, node, out)
 	}
 	d.say("$ kubectl dra describe pool %s.%s   # its Physical Devices section\n%s", gpuDriver, node, strings.Join(section, "\n"))
-	return nil
-}
-
-// createPods creates the claim template and the pod of a demo manifest, in
-// namespace training, the pod once per name, pinned to node unless node is
-// empty.
-func (d *demo) createPods(ctx context.Context, file, node string, names ...string) error {
-	template, err := demoObject[*resourceapi.ResourceClaimTemplate](file)
-	if err != nil {
-		return err
-	}
-	if _, err := d.client.ResourceV1().ResourceClaimTemplates("training").Create(ctx, template, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	pod, err := demoObject[*v1.Pod](file)
-	if err != nil {
-		return err
-	}
-	for _, name := range names {
-		p := pod.DeepCopy()
-		p.Name = name
-		if node != "" {
-			p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
-		}
-		if _, err := d.client.CoreV1().Pods("training").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
