@@ -48,6 +48,7 @@ import (
 	"github.com/drascope/drascope/pkg/health"
 	"github.com/drascope/drascope/pkg/informerevents"
 	"github.com/drascope/drascope/pkg/metrics"
+	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/poolcache"
 	"github.com/drascope/drascope/pkg/poolpublisher"
 	"github.com/drascope/drascope/pkg/releasehold"
@@ -81,7 +82,10 @@ type Runtime struct {
 	profiles  sets.Set[string]
 	informers informers.SharedInformerFactory
 
-	pools   *poolcache.Cache
+	pools *poolcache.Cache
+	// index is node pruning's availability index, fed by the claim
+	// informer and every profile's in-flight allocations.
+	index   *nodeprune.Index
 	health  *health.Cache
 	waiting *waitingPods
 	// holds keep released allocations in use for every profile: the
@@ -295,6 +299,17 @@ func (r *Runtime) startSideCache(ctx context.Context, args *config.DRAScopeArgs)
 	}
 	r.synced = synced
 	r.goroutines.Go(func() { r.pools.Run(ctx) })
+
+	// Until its informer has synced, the index lacks claims, and its
+	// check sends every pod to the pass over every slice: nothing waits.
+	r.index = nodeprune.NewIndex(nodeprune.IndexOptions{
+		SharesApart: utilfeature.DefaultFeatureGate.Enabled(features.DRAConsumableCapacity),
+		Observe:     metrics.ObservePruning,
+	})
+	index := r.index
+	if _, err := r.informers.Resource().V1().ResourceClaims().Informer().AddEventHandler(informerevents.Handlers(index.SetClaim, index.DeleteClaim)); err != nil {
+		return fmt.Errorf("node pruning index: watching ResourceClaims: %w", err)
+	}
 	return nil
 }
 
@@ -487,6 +502,14 @@ func (r *Runtime) Pools() *poolcache.Cache {
 	return r.pools
 }
 
+// Index is node pruning's availability index; nil before the runtime
+// starts.
+func (r *Runtime) Index() *nodeprune.Index {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.index
+}
+
 // Holds are the release holds every profile's allocator honours; nil
 // before the runtime starts.
 func (r *Runtime) Holds() *releasehold.Holds {
@@ -496,19 +519,20 @@ func (r *Runtime) Holds() *releasehold.Holds {
 }
 
 // StateSizes returns how many entries each of the runtime's long-lived maps
-// holds, by name: the side cache's, the health cache's, the release holds',
+// holds, by name: the side cache's, node pruning's index's, the health cache's, the release holds',
 // the waiting pods' and the publisher's current term's. Each follows what
 // exists (slices, claims, pods, pools) or what is younger than its time to
 // live, never what ever existed; the churn soak checks it.
 func (r *Runtime) StateSizes() map[string]int {
 	r.mu.Lock()
-	pools, healthCache, holds, waiting, publisher := r.pools, r.health, r.holds, r.waiting, r.publisher
+	pools, index, healthCache, holds, waiting, publisher := r.pools, r.index, r.health, r.holds, r.waiting, r.publisher
 	r.mu.Unlock()
 	sizes := map[string]int{}
 	if pools == nil {
 		return sizes
 	}
 	maps.Copy(sizes, pools.Sizes())
+	maps.Copy(sizes, index.Sizes())
 	if healthCache != nil {
 		maps.Copy(sizes, healthCache.Sizes())
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/poolcache"
 )
 
@@ -88,6 +89,14 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 
+	// NodePruning: how each pod's node pruning was answered
+	// (nodeprune.Outcome).
+	NodePruning = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "drascope_node_pruning_total",
+		Help:           "Pods whose nodes DRAScope pruned, by how the availability index answered: Everywhere (every node reaches a free device; nothing pruned), Indexed (pruned from the index, whose in-use set was the cycle's), Fallback (the index's view was not the cycle's, as while informer events reach it and the scheduler's claim tracker at different times; the pass over every slice answered).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"answer"})
+
 	devicesDesc = metrics.NewDesc("drascope_resourcepool_devices",
 		"Devices of a pool by state (Available, Allocated, PartiallyAllocated, Unavailable), as the scheduler sees them. PartiallyAllocated devices are counted under Allocated too.",
 		[]string{"driver", "pool", "node", "state"}, nil, metrics.ALPHA, "")
@@ -164,7 +173,7 @@ func Export(source Source) (stop func()) {
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, FirstPublishDelay, Writes, DueWrites, RecomputeDuration, ConflictChecks,
-			IgnoredReports, RuleWrites)
+			NodePruning, IgnoredReports, RuleWrites)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
 }
@@ -188,6 +197,11 @@ func ObserveDueWrite() {
 // ObserveConflictCheck is a conflictcheck.Options.Observe function.
 func ObserveConflictCheck(result string, n int) {
 	ConflictChecks.WithLabelValues(result).Add(float64(n))
+}
+
+// ObservePruning is a nodeprune.IndexOptions.Observe function.
+func ObservePruning(answer nodeprune.Outcome) {
+	NodePruning.WithLabelValues(string(answer)).Inc()
 }
 
 // ObserveSync is a poolpublisher.Options.Observe function.

@@ -15,7 +15,8 @@ import (
 
 // BenchmarkCandidates: one pod's pruning on clusters of 10 GPUs per node,
 // with all but 10 GPUs in use (full), half of them (half) or none (empty:
-// every node qualifies, nothing can be pruned).
+// every node qualifies, nothing can be pruned); walk is Candidates, index
+// is Index.Candidates when its in-use set is the cycle's.
 func BenchmarkCandidates(b *testing.B) {
 	for _, nodes := range []int{500, 2000} {
 		for _, fill := range []string{"full", "half", "empty"} {
@@ -44,10 +45,37 @@ func BenchmarkCandidates(b *testing.B) {
 					view.Slices = append(view.Slices, slice)
 				}
 				claims := []*resourceapi.ResourceClaim{claimOf("gpu")}
-				b.ReportAllocs()
-				for b.Loop() {
-					nodeprune.Candidates(claims, testClasses.Get, view, nodeList)
-				}
+				b.Run("walk", func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						nodeprune.Candidates(claims, testClasses.Get, view, nodeList)
+					}
+				})
+				b.Run("index", func(b *testing.B) {
+					// The index as the scheduler feeds it: one claim
+					// per device in use.
+					var outcome nodeprune.Outcome
+					index := nodeprune.NewIndex(nodeprune.IndexOptions{Observe: func(o nodeprune.Outcome) { outcome = o }})
+					for id := range view.InUse {
+						index.SetClaim(&resourceapi.ResourceClaim{
+							ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: id.Pool.String() + "-" + id.Device.String(), ResourceVersion: "1"},
+							Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+								Results: []resourceapi.DeviceRequestAllocationResult{{Request: "req", Driver: id.Driver.String(), Pool: id.Pool.String(), Device: id.Device.String()}}}}},
+						})
+					}
+					byName := map[string]bool{}
+					for _, n := range nodeList {
+						byName[n.Name] = true
+					}
+					nodes := nodeprune.Nodes{Count: len(nodeList), Has: func(name string) bool { return byName[name] }, List: func() []*v1.Node { return nodeList }}
+					b.ReportAllocs()
+					for b.Loop() {
+						index.Candidates(claims, testClasses.Get, view, nodes)
+					}
+					if outcome == nodeprune.Fallback {
+						b.Fatal("the index fell back: the benchmark measures the walk")
+					}
+				})
 			})
 		}
 	}

@@ -33,6 +33,9 @@ type View struct {
 	// Unhealthy: they count as free here, so that Filter still runs on
 	// their nodes and explains them.
 	Withheld sets.Set[structured.DeviceID]
+	// Kept are the devices in InUse for no claim: released allocations
+	// held (pkg/releasehold) and the withheld ones. Only Index reads it.
+	Kept sets.Set[structured.DeviceID]
 	// IDs, when set, caches the slices' device IDs across calls.
 	IDs *DeviceIDs
 }

@@ -73,9 +73,16 @@ func TestPendingPodsMetric(t *testing.T) {
 // device. A pod pinned to a full node is refused there without Filter
 // running; an unpinned one lands on the only node with a free GPU; with
 // every GPU taken, PreFilter refuses the pod saying why; and a GPU freed
-// later is found at once (pruning reads the cycle's own in-use set, so no
-// stale index can hide the freed node).
+// later is found at once (the availability index prunes only when its
+// in-use set is the cycle's, so no stale index can hide the freed node).
+// The index, not only the pass over every slice, must have pruned for
+// some of these pods: tests run one at a time, so its counter moved for
+// them.
 func TestPruningLeavesNodesWithoutFreeDevicesOut(t *testing.T) {
+	indexed := func() float64 {
+		return max(0, scrapeGauge(t, "drascope_node_pruning_total", map[string]string{"answer": "Indexed"}))
+	}
+	before := indexed()
 	s := newScenario(t, nil)
 	nodes := []string{s.addNode("a", 1), s.addNode("b", 1), s.addNode("c", 1)}
 	s.addClaimTemplate("gpu", false)
@@ -98,6 +105,9 @@ func TestPruningLeavesNodesWithoutFreeDevicesOut(t *testing.T) {
 	s.deletePod("on-" + nodes[1])
 	if got := s.waitForPodScheduled("waiting").Spec.NodeName; got != nodes[1] {
 		t.Errorf("pod waiting landed on %s, want %s, whose GPU was freed", got, nodes[1])
+	}
+	if after := indexed(); after <= before {
+		t.Errorf("drascope_node_pruning_total{answer=\"Indexed\"} stayed at %v: the index never pruned", after)
 	}
 }
 

@@ -35,6 +35,33 @@ type inFlightObserver interface {
 	AssumeRestored(namespace, name string)
 }
 
+// observers tell each of several observers, in order.
+type observers []inFlightObserver
+
+func (o observers) PendingAllocation(claim *resourceapi.ResourceClaim) {
+	for _, each := range o {
+		each.PendingAllocation(claim)
+	}
+}
+
+func (o observers) PendingAllocationRemoved(uid types.UID) {
+	for _, each := range o {
+		each.PendingAllocationRemoved(uid)
+	}
+}
+
+func (o observers) Assumed(claim *resourceapi.ResourceClaim) {
+	for _, each := range o {
+		each.Assumed(claim)
+	}
+}
+
+func (o observers) AssumeRestored(namespace, name string) {
+	for _, each := range o {
+		each.AssumeRestored(namespace, name)
+	}
+}
+
 // Withheld adds devices that must not be handed out to a set of devices in
 // use. It runs on the scheduling path: it must only add and return.
 type Withheld interface {

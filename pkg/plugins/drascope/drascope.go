@@ -54,8 +54,10 @@ type DRAScope struct {
 	claims  fwk.ResourceClaimTracker
 	// manager is the decorated DRA manager upstream's plugin uses.
 	manager *draManager
-	// deviceIDs caches the slices' device IDs for node pruning, and
-	// claimHolders the nodes' lowest priority of pods holding claims.
+	// index answers node pruning, scheduler-wide (nil: the pass over
+	// every slice answers, with deviceIDs caching the slices' device IDs);
+	// claimHolders are the nodes' lowest priority of pods holding claims.
+	index        *nodeprune.Index
 	deviceIDs    nodeprune.DeviceIDs
 	claimHolders claimHolders
 	namespaces   corelisters.NamespaceLister
@@ -143,7 +145,10 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 			withheld = pl.health
 			pl.classes = fh.SharedInformerFactory().Resource().V1().DeviceClasses().Lister()
 		}
-		manager := newDRAManager(fh.SharedDRAManager(), pl.pools, withheld, rt.Holds())
+		// The side cache and node pruning's index both follow the
+		// scheduler's in-flight allocations.
+		pl.index = rt.Index()
+		manager := newDRAManager(fh.SharedDRAManager(), observers{pl.pools, pl.index}, withheld, rt.Holds())
 		if args.DeviceChoice == config.DeviceChoiceBestFit {
 			manager.bestFit = &bestFit{}
 		}

@@ -30,29 +30,46 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 	if view == nil {
 		return nil, nil
 	}
-	byName := make([]*v1.Node, 0, len(nodes))
-	for _, n := range nodes {
-		if node := n.Node(); node != nil {
-			byName = append(byName, node)
+	var byName []*v1.Node
+	list := func() []*v1.Node {
+		if byName == nil {
+			byName = make([]*v1.Node, 0, len(nodes))
+			for _, n := range nodes {
+				if node := n.Node(); node != nil {
+					byName = append(byName, node)
+				}
+			}
 		}
+		return byName
 	}
 	classes := func(name string) (*resourceapi.DeviceClass, error) { return pl.manager.DeviceClasses().Get(name) }
-	candidates, all := nodeprune.Candidates(claims.toAllocate, classes, nodeprune.View{Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld, IDs: &pl.deviceIDs}, byName)
+	pruning := nodeprune.View{Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld, Kept: view.seen.kept, IDs: &pl.deviceIDs}
+	var candidates sets.Set[string]
+	var all bool
+	if pl.index != nil {
+		// The framework's node list holds only nodes with a Node object,
+		// and the snapshot's lookup finds exactly those.
+		snapshot := pl.handle.SnapshotSharedLister().NodeInfos()
+		has := func(name string) bool { _, err := snapshot.Get(name); return err == nil }
+		candidates, all = pl.index.Candidates(claims.toAllocate, classes, pruning, nodeprune.Nodes{Count: len(nodes), Has: has, List: list})
+	} else {
+		candidates, all = nodeprune.Candidates(claims.toAllocate, classes, pruning, list())
+	}
 	if all {
 		return nil, nil
 	}
 	if mayPreempt(pod) {
 		pl.claimHolders.keepPreemptible(candidates, pod, nodes)
 	}
-	if candidates.Len() == len(byName) {
+	if candidates.Len() == len(nodes) {
 		return nil, nil
 	}
 	logger := klog.FromContext(ctx)
 	if candidates.Len() == 0 {
-		logger.V(5).Info("No node reaches a free device for every request", "pod", klog.KObj(pod), "nodes", len(byName))
+		logger.V(5).Info("No node reaches a free device for every request", "pod", klog.KObj(pod), "nodes", len(nodes))
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noFreeDevice)
 	}
-	logger.V(5).Info("Nodes that reach a free device for every request", "pod", klog.KObj(pod), "candidates", candidates.Len(), "nodes", len(byName))
+	logger.V(5).Info("Nodes that reach a free device for every request", "pod", klog.KObj(pod), "candidates", candidates.Len(), "nodes", len(nodes))
 	return &fwk.PreFilterResult{NodeNames: candidates}, nil
 }
 

@@ -1,0 +1,648 @@
+package nodeprune
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
+)
+
+// Index answers what Candidates answers without a pass over every device
+// for every pod. It keeps, from the same events the scheduler's claim
+// tracker follows, how many claims hold each device, per slice how many of
+// its devices are held, and per driver the nodes that reach a node-local
+// slice with a free device; a pod's candidates are then read from the nodes
+// of its drivers.
+//
+// The index is a second view of what upstream's tracker knows, fed by its
+// own informer handler, so it may be a few events ahead of or behind the
+// in-use set upstream's PreFilter gathered for the cycle. It never prunes
+// on its own word: before it leaves a node out, it checks that its in-use
+// set is that cycle's, by size and by a keyed sum of the devices' hashes
+// (equal sums of different sets of device IDs happen with probability
+// 2^-64, and the seed is the process's own, so no input can be made to
+// collide). The check is one pass over the in-use set's entries without
+// lookups, a fraction of the copy upstream makes of the same set each
+// cycle. When the check fails, Candidates' walk answers instead and the
+// fallback is counted. When the index finds that every node qualifies,
+// nothing is pruned and nothing needs checking.
+//
+// A claim counts as the scheduler's claim tracker counts it: the devices
+// of its allocation, admin-access results aside, and with shares apart
+// (DRAConsumableCapacity) the shared results aside too; the version that
+// counts is the newer of the informer's and the one assumed after the
+// scheduler wrote it; in-flight allocations count as well. Slices not bound
+// to one node (all nodes, a node selector, per-device node selection) are
+// few and walked each cycle, as Candidates walks them.
+type Index struct {
+	sharesApart bool
+	seed        uint64
+	observe     func(Outcome)
+
+	mu sync.Mutex
+	// claims by namespace/name, as the assume cache keys them.
+	claims map[string]*claimUse
+	// pending: in-flight allocations by claim UID.
+	pending map[types.UID][]structured.DeviceID
+	// users: how many of the claims' versions and in-flight allocations
+	// hold each device; sum and held: the hashes' sum and the number of
+	// devices with users.
+	users     map[structured.DeviceID]int
+	sum, held uint64
+	// slices by object; bySlice's devices point back at their entries.
+	slices   map[*resourceapi.ResourceSlice]*sliceEntry
+	byDevice map[structured.DeviceID][]*sliceEntry
+	// freeOn: per driver and node, the node-local slices with a free
+	// device.
+	freeOn map[string]map[string]int
+	walked sets.Set[*sliceEntry]
+	ids    DeviceIDs
+	pass   uint64
+}
+
+// Outcome is how the index answered a pod's pruning.
+type Outcome string
+
+const (
+	// Everywhere: the index found every node qualifies; nothing pruned.
+	Everywhere Outcome = "Everywhere"
+	// Indexed: the index's in-use set was the cycle's, and it pruned.
+	Indexed Outcome = "Indexed"
+	// Fallback: the index's in-use set was not the cycle's (events not
+	// yet delivered to one of the two views); the walk answered.
+	Fallback Outcome = "Fallback"
+)
+
+// IndexOptions configure an Index.
+type IndexOptions struct {
+	// SharesApart: the allocator tracks shared allocations apart from
+	// the devices in use (DRAConsumableCapacity).
+	SharesApart bool
+	// Observe, when set, is told how each pod's pruning was answered.
+	Observe func(Outcome)
+}
+
+type claimUse struct {
+	informer, assumed *resourceapi.ResourceClaim
+	devices           []structured.DeviceID
+}
+
+type sliceEntry struct {
+	slice *resourceapi.ResourceSlice
+	ids   []structured.DeviceID
+	// used counts the devices (by position) held.
+	used int
+	// node is the node of a node-local slice, "" for a walked one.
+	node string
+	pass uint64
+}
+
+func (e *sliceEntry) free() bool { return e.used < len(e.ids) }
+
+// NewIndex returns an empty index.
+func NewIndex(opts IndexOptions) *Index {
+	return &Index{
+		sharesApart: opts.SharesApart,
+		seed:        rand.Uint64(),
+		observe:     opts.Observe,
+		claims:      map[string]*claimUse{},
+		pending:     map[types.UID][]structured.DeviceID{},
+		users:       map[structured.DeviceID]int{},
+		slices:      map[*resourceapi.ResourceSlice]*sliceEntry{},
+		byDevice:    map[structured.DeviceID][]*sliceEntry{},
+		freeOn:      map[string]map[string]int{},
+		walked:      sets.New[*sliceEntry](),
+	}
+}
+
+func claimKey(namespace, name string) string { return namespace + "/" + name }
+
+// SetClaim records the informer's version of a claim.
+func (x *Index) SetClaim(claim *resourceapi.ResourceClaim) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	key := claimKey(claim.Namespace, claim.Name)
+	use := x.claims[key]
+	if use == nil {
+		use = &claimUse{}
+		x.claims[key] = use
+	}
+	use.informer = claim
+	x.recountLocked(key, use)
+}
+
+// DeleteClaim forgets a claim, its assumed version too, as the assume
+// cache does.
+func (x *Index) DeleteClaim(claim *resourceapi.ResourceClaim) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	key := claimKey(claim.Namespace, claim.Name)
+	if use := x.claims[key]; use != nil {
+		x.releaseLocked(use.devices)
+		delete(x.claims, key)
+	}
+}
+
+// Assumed records the version the scheduler wrote, which counts until the
+// informer has a newer one.
+func (x *Index) Assumed(claim *resourceapi.ResourceClaim) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	key := claimKey(claim.Namespace, claim.Name)
+	use := x.claims[key]
+	if use == nil {
+		use = &claimUse{}
+		x.claims[key] = use
+	}
+	use.assumed = claim
+	x.recountLocked(key, use)
+}
+
+// AssumeRestored drops the assumed version: the informer's counts again.
+func (x *Index) AssumeRestored(namespace, name string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	key := claimKey(namespace, name)
+	if use := x.claims[key]; use != nil {
+		use.assumed = nil
+		x.recountLocked(key, use)
+	}
+}
+
+// PendingAllocation records an allocation in flight.
+func (x *Index) PendingAllocation(claim *resourceapi.ResourceClaim) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.releaseLocked(x.pending[claim.UID])
+	devices := x.devicesOf(claim)
+	x.pending[claim.UID] = devices
+	x.holdLocked(devices)
+}
+
+// PendingAllocationRemoved forgets an allocation in flight.
+func (x *Index) PendingAllocationRemoved(uid types.UID) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.releaseLocked(x.pending[uid])
+	delete(x.pending, uid)
+}
+
+// recountLocked replaces the devices a claim holds with those of its
+// version that counts: the newer of the informer's and the assumed one.
+func (x *Index) recountLocked(key string, use *claimUse) {
+	if use.assumed != nil && use.informer != nil && newerVersion(use.informer, use.assumed) {
+		// As the assume cache, which then forgets what was assumed.
+		use.assumed = nil
+	}
+	counted := use.informer
+	if use.assumed != nil {
+		counted = use.assumed
+	}
+	devices := x.devicesOf(counted)
+	x.holdLocked(devices)
+	x.releaseLocked(use.devices)
+	use.devices = devices
+	if counted == nil {
+		delete(x.claims, key)
+	}
+}
+
+// newerVersion reports whether a's resource version is past b's, as the
+// assume cache compares them (an unparsable one is not newer).
+func newerVersion(a, b *resourceapi.ResourceClaim) bool {
+	av, aerr := strconv.ParseInt(a.ResourceVersion, 10, 64)
+	bv, berr := strconv.ParseInt(b.ResourceVersion, 10, 64)
+	return aerr == nil && berr == nil && av > bv
+}
+
+// devicesOf are the devices a claim holds as the claim tracker counts them.
+func (x *Index) devicesOf(claim *resourceapi.ResourceClaim) []structured.DeviceID {
+	if claim == nil || claim.Status.Allocation == nil {
+		return nil
+	}
+	var devices []structured.DeviceID
+	for _, result := range claim.Status.Allocation.Devices.Results {
+		if ptr.Deref(result.AdminAccess, false) || (x.sharesApart && result.ShareID != nil) {
+			continue
+		}
+		devices = append(devices, structured.MakeDeviceID(result.Driver, result.Pool, result.Device))
+	}
+	return devices
+}
+
+// hash mixes the addresses of a device ID's three interned names, with the
+// index's seed. An interned name is one allocation per distinct string for
+// as long as a handle to it lives (the index holds the handles of what it
+// summed, the in-use set those it holds), so equal IDs hash equal, and no
+// name's bytes are read: maphash over the ID's bytes cost 30 ns a device,
+// half of a 2000-node check. The odd multipliers keep the three addresses
+// apart before one mix spreads them over every bit.
+func (x *Index) hash(id structured.DeviceID) uint64 {
+	return mix(x.seed ^ address(id.Driver.String())*0x9e3779b97f4a7c15 ^ address(id.Pool.String())*0xc2b2ae3d27d4eb4f ^ address(id.Device.String()))
+}
+
+func address(s string) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.StringData(s)))) }
+
+// mix is splitmix64's finalizer: every bit of the input reaches every bit
+// of the output.
+func mix(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func (x *Index) holdLocked(devices []structured.DeviceID) {
+	for _, id := range devices {
+		x.users[id]++
+		if x.users[id] != 1 {
+			continue
+		}
+		x.sum += x.hash(id)
+		x.held++
+		for _, e := range x.byDevice[id] {
+			x.countLocked(e, +1)
+		}
+	}
+}
+
+func (x *Index) releaseLocked(devices []structured.DeviceID) {
+	for _, id := range devices {
+		x.users[id]--
+		if x.users[id] != 0 {
+			continue
+		}
+		delete(x.users, id)
+		x.sum -= x.hash(id)
+		x.held--
+		for _, e := range x.byDevice[id] {
+			x.countLocked(e, -1)
+		}
+	}
+}
+
+// countLocked changes a slice's count of held devices, and its node's
+// count of free slices when the slice fills up or frees up.
+func (x *Index) countLocked(e *sliceEntry, delta int) {
+	wasFree := e.free()
+	e.used += delta
+	if e.node != "" && wasFree != e.free() {
+		x.freeSliceLocked(e, e.free())
+	}
+}
+
+func (x *Index) freeSliceLocked(e *sliceEntry, free bool) {
+	driver := e.slice.Spec.Driver
+	nodes := x.freeOn[driver]
+	if free {
+		if nodes == nil {
+			nodes = map[string]int{}
+			x.freeOn[driver] = nodes
+		}
+		nodes[e.node]++
+		return
+	}
+	if nodes[e.node]--; nodes[e.node] <= 0 {
+		delete(nodes, e.node)
+	}
+}
+
+// syncSlicesLocked makes the index's slices the cycle's: new objects are
+// indexed, those the cycle did not list are dropped.
+func (x *Index) syncSlicesLocked(slices []*resourceapi.ResourceSlice) {
+	x.pass++
+	listed := 0
+	x.ids.Begin()
+	for _, slice := range slices {
+		e := x.slices[slice]
+		if e == nil {
+			e = x.addSliceLocked(slice)
+		}
+		if e.pass != x.pass {
+			e.pass = x.pass
+			listed++
+		}
+	}
+	x.ids.End()
+	if listed == len(x.slices) {
+		return
+	}
+	for slice, e := range x.slices {
+		if e.pass != x.pass {
+			x.removeSliceLocked(slice, e)
+		}
+	}
+}
+
+func (x *Index) addSliceLocked(slice *resourceapi.ResourceSlice) *sliceEntry {
+	e := &sliceEntry{slice: slice, ids: x.ids.Of(slice, makeIDs)}
+	perDevice := ptr.Deref(slice.Spec.PerDeviceNodeSelection, false)
+	if !perDevice && ptr.Deref(slice.Spec.NodeName, "") != "" {
+		e.node = *slice.Spec.NodeName
+	} else {
+		x.walked.Insert(e)
+	}
+	for _, id := range e.ids {
+		x.byDevice[id] = append(x.byDevice[id], e)
+		if x.users[id] > 0 {
+			e.used++
+		}
+	}
+	if e.node != "" && e.free() {
+		x.freeSliceLocked(e, true)
+	}
+	x.slices[slice] = e
+	return e
+}
+
+func (x *Index) removeSliceLocked(slice *resourceapi.ResourceSlice, e *sliceEntry) {
+	if e.node != "" && e.free() {
+		x.freeSliceLocked(e, false)
+	}
+	x.walked.Delete(e)
+	for _, id := range e.ids {
+		entries := x.byDevice[id]
+		for i, other := range entries {
+			if other == e {
+				entries = append(entries[:i], entries[i+1:]...)
+				break
+			}
+		}
+		if len(entries) == 0 {
+			delete(x.byDevice, id)
+		} else {
+			x.byDevice[id] = entries
+		}
+	}
+	delete(x.slices, slice)
+}
+
+// Nodes is how Index.Candidates learns of the cycle's nodes without a pass
+// over them: their number, whether one is among them, and, only when a
+// walked slice selects nodes by label, the list.
+type Nodes struct {
+	Count int
+	Has   func(name string) bool
+	List  func() []*v1.Node
+}
+
+// Candidates answers as Candidates(claims, classes, view, nodes.List())
+// does, from the index where its in-use set is the view's. view.Kept are
+// the devices the view holds for no claim (release holds and withheld
+// ones), view.Withheld among them.
+func (x *Index) Candidates(claims []*resourceapi.ResourceClaim, classes ClassGetter, view View, nodes Nodes) (names sets.Set[string], all bool) {
+	needs, ok := needsOf(claims, classes)
+	if !ok || len(needs) == 0 || len(needs) > maxNeeds {
+		return nil, true
+	}
+	names, all, exact := x.indexed(needs, view, nodes)
+	switch {
+	case all:
+		x.observed(Everywhere)
+	case exact:
+		x.observed(Indexed)
+	default:
+		x.observed(Fallback)
+		view.IDs = &x.ids
+		return Candidates(claims, classes, view, nodes.List())
+	}
+	return names, all
+}
+
+func (x *Index) observed(o Outcome) {
+	if x.observe != nil {
+		x.observe(o)
+	}
+}
+
+// indexed reads the candidates from the index; exact is false when its
+// in-use set is not the view's.
+func (x *Index) indexed(needs []need, view View, nodes Nodes) (names sets.Set[string], all, exact bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.syncSlicesLocked(view.Slices)
+
+	full := uint64(1)<<len(needs) - 1
+	if len(needs) == maxNeeds {
+		full = ^uint64(0)
+	}
+	// The walked slices, exactly as Candidates walks them.
+	met := map[string]uint64{}
+	var everywhere uint64
+	var list []*v1.Node
+	for e := range x.walked {
+		sliceMeets := meets(needs, e.slice.Spec.Driver)
+		if sliceMeets == 0 {
+			continue
+		}
+		perDevice := ptr.Deref(e.slice.Spec.PerDeviceNodeSelection, false)
+		for i := range e.slice.Spec.Devices {
+			if view.InUse.Has(e.ids[i]) && !view.Withheld.Has(e.ids[i]) {
+				continue
+			}
+			if list == nil {
+				list = nodes.List()
+			}
+			device := &e.slice.Spec.Devices[i]
+			if perDevice {
+				reach(met, &everywhere, list, device.NodeName, device.NodeSelector, device.AllNodes, sliceMeets)
+			} else {
+				reach(met, &everywhere, list, e.slice.Spec.NodeName, e.slice.Spec.NodeSelector, e.slice.Spec.AllNodes, sliceMeets)
+				break
+			}
+		}
+	}
+	if everywhere == full {
+		return nil, true, true
+	}
+
+	// What the view holds for no claim changes a few slices for this
+	// cycle: a held device is in use, a withheld one counts free.
+	adjust := map[*sliceEntry]int{}
+	for id := range view.Kept {
+		effective := 0
+		if !view.Withheld.Has(id) {
+			effective = 1
+		}
+		base := 0
+		if x.users[id] > 0 {
+			base = 1
+		}
+		if effective != base {
+			for _, e := range x.byDevice[id] {
+				adjust[e] += effective - base
+			}
+		}
+	}
+	// Per driver and node, the change in free node-local slices.
+	var adjustOn map[string]map[string]int
+	for e, delta := range adjust {
+		if e.node == "" {
+			continue
+		}
+		wasFree, isFree := e.free(), e.used+delta < len(e.ids)
+		if wasFree == isFree {
+			continue
+		}
+		if adjustOn == nil {
+			adjustOn = map[string]map[string]int{}
+		}
+		driver := e.slice.Spec.Driver
+		if adjustOn[driver] == nil {
+			adjustOn[driver] = map[string]int{}
+		}
+		if isFree {
+			adjustOn[driver][e.node]++
+		} else {
+			adjustOn[driver][e.node]--
+		}
+	}
+	reached := make([]driverNodes, len(needs))
+	for i, n := range needs {
+		reached[i] = x.driverNodesLocked(n, adjustOn)
+	}
+	qualifies := func(node string, skip int) bool {
+		bits := met[node] | everywhere
+		for i := range needs {
+			if i != skip && bits&(1<<i) == 0 && !reached[i].reach(node) {
+				return false
+			}
+		}
+		return true
+	}
+
+	// Enumerate the nodes that reach a free device for the first need
+	// not met everywhere, and keep those that meet every other need.
+	// Count first: on a cluster that is not full every node qualifies,
+	// and then no set of names is needed.
+	first := 0
+	for everywhere&(1<<first) != 0 {
+		first++
+	}
+	each := func(visit func(node string)) {
+		reached[first].each(visit)
+		for node, bits := range met {
+			if bits&(1<<first) != 0 {
+				visit(node)
+			}
+		}
+	}
+	// From one source, each node comes once.
+	once := len(reached[first].free) == 1 && adjustOn == nil && len(met) == 0
+	qualify := 0
+	names = sets.New[string]()
+	each(func(node string) {
+		if !nodes.Has(node) || !qualifies(node, first) {
+			return
+		}
+		if once {
+			qualify++
+		} else {
+			names.Insert(node)
+		}
+	})
+	if once {
+		if qualify == nodes.Count {
+			return nil, true, true
+		}
+		each(func(node string) {
+			if nodes.Has(node) && qualifies(node, first) {
+				names.Insert(node)
+			}
+		})
+	}
+	if names.Len() == nodes.Count {
+		return nil, true, true
+	}
+
+	// Pruning: only on the cycle's own in-use set.
+	return names, false, x.sameInUseLocked(view)
+}
+
+// driverNodes are, for one need, the nodes of each driver it accepts with
+// their free node-local slices, and this cycle's change to those counts.
+type driverNodes struct {
+	free, adjust []map[string]int
+}
+
+func (x *Index) driverNodesLocked(n need, adjustOn map[string]map[string]int) driverNodes {
+	var d driverNodes
+	for driver, on := range x.freeOn {
+		if n.accepts(driver) {
+			d.free = append(d.free, on)
+			d.adjust = append(d.adjust, adjustOn[driver])
+		}
+	}
+	for driver, on := range adjustOn {
+		if _, listed := x.freeOn[driver]; !listed && n.accepts(driver) {
+			d.free = append(d.free, nil)
+			d.adjust = append(d.adjust, on)
+		}
+	}
+	return d
+}
+
+// reach reports whether the node reaches a free device of the need.
+func (d driverNodes) reach(node string) bool {
+	for i, free := range d.free {
+		if free[node]+d.adjust[i][node] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// each visits the nodes that reach a free device of the need; a node
+// free for several drivers is visited for each.
+func (d driverNodes) each(visit func(node string)) {
+	for i, free := range d.free {
+		for node, count := range free {
+			if count+d.adjust[i][node] > 0 {
+				visit(node)
+			}
+		}
+		for node, delta := range d.adjust[i] {
+			if free[node] == 0 && delta > 0 {
+				visit(node)
+			}
+		}
+	}
+}
+
+// sameInUseLocked reports whether the view's in-use set is the index's
+// devices with users and the view's kept ones.
+func (x *Index) sameInUseLocked(view View) bool {
+	size, sum := x.held, x.sum
+	for id := range view.Kept {
+		if x.users[id] == 0 {
+			size++
+			sum += x.hash(id)
+		}
+	}
+	if uint64(view.InUse.Len()) != size {
+		return false
+	}
+	var got uint64
+	for id := range view.InUse {
+		got += x.hash(id)
+	}
+	return got == sum
+}
+
+// Sizes returns how many entries the index's maps that follow claims hold.
+// Its slices are the last pruning cycle's, however many the cluster has.
+func (x *Index) Sizes() map[string]int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return map[string]int{
+		"nodeprune_claims":       len(x.claims),
+		"nodeprune_pending":      len(x.pending),
+		"nodeprune_devices_held": len(x.users),
+	}
+}
