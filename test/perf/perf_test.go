@@ -37,6 +37,7 @@ import (
 	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
 	"github.com/drascope/drascope/test/perf/results"
 )
@@ -217,6 +218,9 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int, ch
 		if before.dueWrites, err = counterSum(dueWritesMetric); err != nil {
 			return err
 		}
+		if before.pruning, err = pruningCounts(); err != nil {
+			return err
+		}
 		// The workloads that compare publishing on and off count the
 		// writes their measured window paid for.
 		if ns := measuredNamespace(u.raw); ns != "" && u.publishing {
@@ -265,6 +269,15 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 		entry.WindowWrites, entry.WindowSeconds = inWindow, length.Seconds()
 		if length == 0 {
 			tCtx.Errorf("the harness saw no measured pod bound: the window's writes are not counted")
+		}
+	}
+	if pruning, err := pruningCounts(); err != nil {
+		tCtx.Errorf("reading node pruning's answers: %v", err)
+	} else {
+		entry.Pruning = &results.Pruning{
+			Everywhere: pruning.Everywhere - before.pruning.Everywhere,
+			Indexed:    pruning.Indexed - before.pruning.Indexed,
+			Fallback:   pruning.Fallback - before.pruning.Fallback,
 		}
 	}
 	unhealthy, err := unhealthyDevicesHandedOut(tCtx, tCtx.Client())
@@ -392,6 +405,7 @@ type metricsBefore struct {
 	publishDelay      buckets
 	firstPublishDelay buckets
 	dueWrites         float64
+	pruning           results.Pruning
 	// window counts the writes inside the measured window; nil when the
 	// workload names no measured namespace.
 	window *writeWindow
@@ -402,6 +416,7 @@ const (
 	firstPublishDelayMetric = "drascope_resourcepool_first_publish_delay_seconds"
 	dueWritesMetric         = "drascope_resourcepool_due_writes_total"
 	writesMetric            = "drascope_resourcepool_writes_total"
+	pruningMetric           = "drascope_node_pruning_total"
 	// cpuProfileSuffix ends the names of the CPU profiles scheduler_perf
 	// writes with -perf-cpuprofile.
 	cpuProfileSuffix = "-cpu.prof"
@@ -628,6 +643,37 @@ func comparePools(ctx context.Context, client kubernetes.Interface, pools typedv
 	}
 	slices.Sort(diffs)
 	return diffs, nil
+}
+
+// pruningCounts reads drascope_node_pruning_total by answer.
+func pruningCounts() (results.Pruning, error) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return results.Pruning{}, err
+	}
+	var p results.Pruning
+	for _, f := range families {
+		if f.GetName() != pruningMetric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			n := int(m.GetCounter().GetValue())
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "answer" {
+					continue
+				}
+				switch nodeprune.Outcome(l.GetValue()) {
+				case nodeprune.Everywhere:
+					p.Everywhere += n
+				case nodeprune.Indexed:
+					p.Indexed += n
+				case nodeprune.Fallback:
+					p.Fallback += n
+				}
+			}
+		}
+	}
+	return p, nil
 }
 
 // counterSum adds up every series of a counter in the process's registry.

@@ -90,6 +90,9 @@ type IndexEntry struct {
 	// PublishDelayP95 does.
 	FirstPublications    int     `json:"firstPublications,omitempty"`
 	FirstPublishDelayP95 float64 `json:"firstPublishDelayP95,omitempty"`
+	// Pruning counts how node pruning's availability index answered the
+	// run's pods (drascope_node_pruning_total).
+	Pruning *Pruning `json:"pruning,omitempty"`
 	// CatchUpSeconds is how long the ResourcePools took to agree with the
 	// claims after the measured phase.
 	CatchUpSeconds float64 `json:"catchUpSeconds,omitempty"`
@@ -391,6 +394,32 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 			num(r.Upstream.ProcessCPUPerPod(), 2), num(d.ProcessCPUPerPod(), 2),
 			p50p99(d.SnapshotDelayMs), writesCell(d),
 			publishDelay(d), num(d.CatchUpSeconds, 1))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Pruning counts a run's node-pruning answers by kind (nodeprune.Outcome).
+type Pruning struct {
+	Everywhere int `json:"everywhere"`
+	Indexed    int `json:"indexed"`
+	Fallback   int `json:"fallback"`
+}
+
+// WritePruning prints, for every DRAScope run that pruned, how the
+// availability index answered: every node qualified, pruned from the index,
+// or fell back to the pass over every slice.
+func WritePruning(w io.Writer, runs []Run) error {
+	selected := runsWhere(runs, func(r Run) bool { return r.Pruning != nil && *r.Pruning != Pruning{} })
+	if len(selected) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("\n| Workload | Pair | Scheduler | node pruning: everywhere | indexed | fallback (share of indexed and fallback) |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, r := range selected {
+		p := r.Pruning
+		fmt.Fprintf(&b, "| %s/%s | %d | %s | %d | %d | %d (%s) |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, p.Everywhere, p.Indexed, p.Fallback, share(p.Fallback, p.Indexed+p.Fallback))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -348,3 +348,25 @@ func TestWriteMarkdownWithoutRowsPrintsNothing(t *testing.T) {
 		t.Errorf("WriteMarkdown(nil) = %q, %v; want nothing", out.String(), err)
 	}
 }
+
+// The pruning table lists the runs that pruned, with the fallback's share
+// of the answers that needed the check; runs without pruning print nothing.
+func TestWritePruning(t *testing.T) {
+	runs := []Run{
+		{IndexEntry: IndexEntry{TestCase: "SteadyStateAtScale", Workload: "full_500nodes", Variant: DRAScope, Pruning: &Pruning{Everywhere: 5, Indexed: 90, Fallback: 10}}},
+		{IndexEntry: IndexEntry{TestCase: "SteadyStateAtScale", Workload: "full_500nodes", Variant: Upstream}},
+		{IndexEntry: IndexEntry{TestCase: "SteadyStateAtScale", Workload: "full_500nodes", Variant: DRAScopeNoPublish, Pruning: &Pruning{}}},
+	}
+	var b strings.Builder
+	if err := WritePruning(&b, runs); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if want := "| SteadyStateAtScale/full_500nodes | 1 | drascope | 5 | 90 | 10 (10%) |"; len(lines) != 3 || lines[2] != want {
+		t.Errorf("table:\n%s\nwant its one row %q", b.String(), want)
+	}
+	b.Reset()
+	if err := WritePruning(&b, runs[1:]); err != nil || b.Len() != 0 {
+		t.Errorf("nothing pruned: %q, %v; want nothing", b.String(), err)
+	}
+}
