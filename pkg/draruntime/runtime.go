@@ -519,10 +519,11 @@ func (r *Runtime) Holds() *releasehold.Holds {
 }
 
 // StateSizes returns how many entries each of the runtime's long-lived maps
-// holds, by name: the side cache's, node pruning's index's, the health cache's, the release holds',
-// the waiting pods' and the publisher's current term's. Each follows what
-// exists (slices, claims, pods, pools) or what is younger than its time to
-// live, never what ever existed; the churn soak checks it.
+// holds, by name: the side cache's, node pruning's index's, the health
+// cache's, the release holds', the waiting pods' and the publisher's current
+// term's. Each follows what exists (slices, claims, pods, pools) or what is
+// younger than its time to live, never what ever existed; the churn soak
+// checks it.
 func (r *Runtime) StateSizes() map[string]int {
 	r.mu.Lock()
 	pools, index, healthCache, holds, waiting, publisher := r.pools, r.index, r.health, r.holds, r.waiting, r.publisher
