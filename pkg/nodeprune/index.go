@@ -47,23 +47,32 @@ type Index struct {
 	observe     func(Outcome)
 
 	mu sync.Mutex
-	// claims by namespace/name, as the assume cache keys them.
-	claims map[string]*claimUse
-	// pending: in-flight allocations by claim UID.
-	pending map[types.UID][]structured.DeviceID
-	// users: how many of the claims' versions and in-flight allocations
-	// hold each device; sum and held: the hashes' sum and the number of
-	// devices with users.
-	users     map[structured.DeviceID]int
+	// claims mirror the scheduler's assume cache, by namespace/name.
+	claims map[string]*claimEntry
+	// allocated are the devices of the claims' counted versions, kept as
+	// upstream's allocatedDevices keeps them: a set, added to when a
+	// version gains an allocation and removed from when one loses it.
+	allocated sets.Set[structured.DeviceID]
+	// pending are the in-flight allocations by claim UID, and pendingOn
+	// counts them per device.
+	pending   map[types.UID][]structured.DeviceID
+	pendingOn map[structured.DeviceID]int
+	// sum and held: the hashes' sum and the number of the devices held
+	// (allocated or pending).
 	sum, held uint64
-	// slices by object; bySlice's devices point back at their entries.
-	slices   map[*resourceapi.ResourceSlice]*sliceEntry
+	// slices by object (slice UID and resource version: a copy the
+	// allocator is handed, reordered by BestFit or patched by a taint
+	// rule, is the same slice here); byDevice's entries point back at
+	// the slices that list a device, once per listing.
+	slices map[sliceKey]*sliceEntry
+	// byObject finds a slice by the object last listed for it: a pointer
+	// is cheaper to look up than a UID and a version.
+	byObject map[*resourceapi.ResourceSlice]*sliceEntry
 	byDevice map[structured.DeviceID][]*sliceEntry
 	// freeOn: per driver and node, the node-local slices with a free
 	// device.
 	freeOn map[string]map[string]int
 	walked sets.Set[*sliceEntry]
-	ids    DeviceIDs
 	pass   uint64
 }
 
@@ -89,14 +98,33 @@ type IndexOptions struct {
 	Observe func(Outcome)
 }
 
-type claimUse struct {
-	informer, assumed *resourceapi.ResourceClaim
-	devices           []structured.DeviceID
+// claimEntry is the assume cache's entry for a claim: the informer's
+// version it accepted, and the version that counts (assumed, or that).
+type claimEntry struct {
+	api, latest *resourceapi.ResourceClaim
+}
+
+// sliceKey identifies a slice: by UID and resource version, or by object
+// when it has no UID (slices built by hand).
+type sliceKey struct {
+	uid     types.UID
+	version string
+	object  *resourceapi.ResourceSlice
+}
+
+func keyOf(slice *resourceapi.ResourceSlice) sliceKey {
+	if slice.UID == "" {
+		return sliceKey{object: slice}
+	}
+	return sliceKey{uid: slice.UID, version: slice.ResourceVersion}
 }
 
 type sliceEntry struct {
-	slice *resourceapi.ResourceSlice
-	ids   []structured.DeviceID
+	key sliceKey
+	// slice is the object the entry was made from, object the one last
+	// listed for it.
+	slice, object *resourceapi.ResourceSlice
+	ids           []structured.DeviceID
 	// used counts the devices (by position) held.
 	used int
 	// node is the node of a node-local slice, "" for a walked one.
@@ -112,10 +140,12 @@ func NewIndex(opts IndexOptions) *Index {
 		sharesApart: opts.SharesApart,
 		seed:        rand.Uint64(),
 		observe:     opts.Observe,
-		claims:      map[string]*claimUse{},
+		claims:      map[string]*claimEntry{},
+		allocated:   sets.New[structured.DeviceID](),
 		pending:     map[types.UID][]structured.DeviceID{},
-		users:       map[structured.DeviceID]int{},
-		slices:      map[*resourceapi.ResourceSlice]*sliceEntry{},
+		pendingOn:   map[structured.DeviceID]int{},
+		slices:      map[sliceKey]*sliceEntry{},
+		byObject:    map[*resourceapi.ResourceSlice]*sliceEntry{},
 		byDevice:    map[structured.DeviceID][]*sliceEntry{},
 		freeOn:      map[string]map[string]int{},
 		walked:      sets.New[*sliceEntry](),
@@ -124,55 +154,84 @@ func NewIndex(opts IndexOptions) *Index {
 
 func claimKey(namespace, name string) string { return namespace + "/" + name }
 
-// SetClaim records the informer's version of a claim.
+// SetClaim is the informer's version of a claim. As in the assume cache,
+// a version not newer than the one that counts is ignored.
 func (x *Index) SetClaim(claim *resourceapi.ResourceClaim) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	key := claimKey(claim.Namespace, claim.Name)
-	use := x.claims[key]
-	if use == nil {
-		use = &claimUse{}
-		x.claims[key] = use
+	var old *resourceapi.ResourceClaim
+	if e := x.claims[key]; e != nil {
+		if !newerVersion(claim, e.latest) {
+			return
+		}
+		old = e.latest
 	}
-	use.informer = claim
-	x.recountLocked(key, use)
+	x.claims[key] = &claimEntry{api: claim, latest: claim}
+	x.changedLocked(old, claim)
 }
 
-// DeleteClaim forgets a claim, its assumed version too, as the assume
-// cache does.
+// DeleteClaim forgets a claim, an assumed version too, as the assume cache
+// does.
 func (x *Index) DeleteClaim(claim *resourceapi.ResourceClaim) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	key := claimKey(claim.Namespace, claim.Name)
-	if use := x.claims[key]; use != nil {
-		x.releaseLocked(use.devices)
+	if e := x.claims[key]; e != nil {
 		delete(x.claims, key)
+		x.changedLocked(e.latest, nil)
 	}
 }
 
-// Assumed records the version the scheduler wrote, which counts until the
-// informer has a newer one.
+// Assumed is the version the scheduler wrote, which counts until the
+// informer has a newer one. The assume cache only assumes a claim it has
+// (the scheduler's own write of a claim it read); one the index has not
+// been told of yet waits for the informer, and the check covers the gap.
 func (x *Index) Assumed(claim *resourceapi.ResourceClaim) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	key := claimKey(claim.Namespace, claim.Name)
-	use := x.claims[key]
-	if use == nil {
-		use = &claimUse{}
-		x.claims[key] = use
+	e := x.claims[claimKey(claim.Namespace, claim.Name)]
+	if e == nil || newerVersion(e.latest, claim) {
+		return
 	}
-	use.assumed = claim
-	x.recountLocked(key, use)
+	old := e.latest
+	e.latest = claim
+	x.changedLocked(old, claim)
 }
 
-// AssumeRestored drops the assumed version: the informer's counts again.
+// AssumeRestored makes the informer's version count again.
 func (x *Index) AssumeRestored(namespace, name string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	key := claimKey(namespace, name)
-	if use := x.claims[key]; use != nil {
-		use.assumed = nil
-		x.recountLocked(key, use)
+	e := x.claims[claimKey(namespace, name)]
+	if e == nil || e.latest == e.api {
+		return
+	}
+	old := e.latest
+	e.latest = e.api
+	x.changedLocked(old, e.api)
+}
+
+// changedLocked follows a claim from one counted version to the next as
+// upstream's allocatedDevices does: a version that gains an allocation
+// adds its devices, one that loses it removes the old version's; from one
+// allocation to another nothing changes (an allocation is immutable).
+func (x *Index) changedLocked(old, claim *resourceapi.ResourceClaim) {
+	wasAllocated := old != nil && old.Status.Allocation != nil
+	isAllocated := claim != nil && claim.Status.Allocation != nil
+	switch {
+	case !wasAllocated && isAllocated:
+		for _, id := range x.devicesOf(claim) {
+			before := x.isHeld(id)
+			x.allocated.Insert(id)
+			x.heldChangedLocked(id, before)
+		}
+	case wasAllocated && !isAllocated:
+		for _, id := range x.devicesOf(old) {
+			before := x.isHeld(id)
+			x.allocated.Delete(id)
+			x.heldChangedLocked(id, before)
+		}
 	}
 }
 
@@ -180,37 +239,41 @@ func (x *Index) AssumeRestored(namespace, name string) {
 func (x *Index) PendingAllocation(claim *resourceapi.ResourceClaim) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.releaseLocked(x.pending[claim.UID])
+	old := x.pending[claim.UID]
 	devices := x.devicesOf(claim)
 	x.pending[claim.UID] = devices
-	x.holdLocked(devices)
+	x.pendLocked(devices, +1)
+	x.pendLocked(old, -1)
 }
 
 // PendingAllocationRemoved forgets an allocation in flight.
 func (x *Index) PendingAllocationRemoved(uid types.UID) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.releaseLocked(x.pending[uid])
+	x.pendLocked(x.pending[uid], -1)
 	delete(x.pending, uid)
 }
 
-// recountLocked replaces the devices a claim holds with those of its
-// version that counts: the newer of the informer's and the assumed one.
-func (x *Index) recountLocked(key string, use *claimUse) {
-	if use.assumed != nil && use.informer != nil && newerVersion(use.informer, use.assumed) {
-		// As the assume cache, which then forgets what was assumed.
-		use.assumed = nil
+func (x *Index) pendLocked(devices []structured.DeviceID, delta int) {
+	for _, id := range devices {
+		before := x.isHeld(id)
+		if x.pendingOn[id] += delta; x.pendingOn[id] <= 0 {
+			delete(x.pendingOn, id)
+		}
+		x.heldChangedLocked(id, before)
 	}
-	counted := use.informer
-	if use.assumed != nil {
-		counted = use.assumed
-	}
-	devices := x.devicesOf(counted)
-	x.holdLocked(devices)
-	x.releaseLocked(use.devices)
-	use.devices = devices
-	if counted == nil {
-		delete(x.claims, key)
+}
+
+// forgetPendingLocked drops the in-flight allocations the claim tracker no
+// longer holds. The decorator reports a removal and another profile's new
+// share of the same allocation in an order it cannot fix, so an entry can
+// outlive upstream's; the check then fails, and this heals it.
+func (x *Index) forgetPendingLocked(inFlight func(types.UID) bool) {
+	for uid, devices := range x.pending {
+		if !inFlight(uid) {
+			x.pendLocked(devices, -1)
+			delete(x.pending, uid)
+		}
 	}
 }
 
@@ -237,15 +300,15 @@ func (x *Index) devicesOf(claim *resourceapi.ResourceClaim) []structured.DeviceI
 	return devices
 }
 
-// hash mixes the addresses of a device ID's three interned names, with the
-// index's seed. An interned name is one allocation per distinct string for
-// as long as a handle to it lives (the index holds the handles of what it
-// summed, the in-use set those it holds), so equal IDs hash equal, and no
-// name's bytes are read: maphash over the ID's bytes cost 30 ns a device,
-// half of a 2000-node check. The odd multipliers keep the three addresses
-// apart before one mix spreads them over every bit.
+// hash is a seeded hash of a device ID: the addresses of its three
+// interned names, each folded in by a round of splitmix64's finalizer,
+// the first with the index's seed. An interned name is one allocation per
+// distinct string for as long as a handle to it lives (the index holds the
+// handles of what it summed, the in-use set those it holds), so equal IDs
+// hash equal; no name's bytes are read (maphash over the ID's bytes cost
+// 30 ns a device, half of a 2000-node check).
 func (x *Index) hash(id structured.DeviceID) uint64 {
-	return mix(x.seed ^ address(id.Driver.String())*0x9e3779b97f4a7c15 ^ address(id.Pool.String())*0xc2b2ae3d27d4eb4f ^ address(id.Device.String()))
+	return mix(mix(mix(x.seed^address(id.Driver.String()))^address(id.Pool.String())) ^ address(id.Device.String()))
 }
 
 func address(s string) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.StringData(s)))) }
@@ -258,27 +321,22 @@ func mix(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-func (x *Index) holdLocked(devices []structured.DeviceID) {
-	for _, id := range devices {
-		x.users[id]++
-		if x.users[id] != 1 {
-			continue
-		}
+func (x *Index) isHeld(id structured.DeviceID) bool {
+	return x.allocated.Has(id) || x.pendingOn[id] > 0
+}
+
+// heldChangedLocked updates the sum and the slices when a device's being
+// held changed from before.
+func (x *Index) heldChangedLocked(id structured.DeviceID, before bool) {
+	now := x.isHeld(id)
+	switch {
+	case now && !before:
 		x.sum += x.hash(id)
 		x.held++
 		for _, e := range x.byDevice[id] {
 			x.countLocked(e, +1)
 		}
-	}
-}
-
-func (x *Index) releaseLocked(devices []structured.DeviceID) {
-	for _, id := range devices {
-		x.users[id]--
-		if x.users[id] != 0 {
-			continue
-		}
-		delete(x.users, id)
+	case before && !now:
 		x.sum -= x.hash(id)
 		x.held--
 		for _, e := range x.byDevice[id] {
@@ -318,30 +376,36 @@ func (x *Index) freeSliceLocked(e *sliceEntry, free bool) {
 func (x *Index) syncSlicesLocked(slices []*resourceapi.ResourceSlice) {
 	x.pass++
 	listed := 0
-	x.ids.Begin()
 	for _, slice := range slices {
-		e := x.slices[slice]
+		e := x.byObject[slice]
 		if e == nil {
-			e = x.addSliceLocked(slice)
+			key := keyOf(slice)
+			if e = x.slices[key]; e != nil {
+				// Another copy of a slice the index has.
+				delete(x.byObject, e.object)
+				e.object = slice
+				x.byObject[slice] = e
+			} else {
+				e = x.addSliceLocked(key, slice)
+			}
 		}
 		if e.pass != x.pass {
 			e.pass = x.pass
 			listed++
 		}
 	}
-	x.ids.End()
 	if listed == len(x.slices) {
 		return
 	}
-	for slice, e := range x.slices {
+	for _, e := range x.slices {
 		if e.pass != x.pass {
-			x.removeSliceLocked(slice, e)
+			x.removeSliceLocked(e)
 		}
 	}
 }
 
-func (x *Index) addSliceLocked(slice *resourceapi.ResourceSlice) *sliceEntry {
-	e := &sliceEntry{slice: slice, ids: x.ids.Of(slice, makeIDs)}
+func (x *Index) addSliceLocked(key sliceKey, slice *resourceapi.ResourceSlice) *sliceEntry {
+	e := &sliceEntry{key: key, slice: slice, object: slice, ids: makeIDs(slice)}
 	perDevice := ptr.Deref(slice.Spec.PerDeviceNodeSelection, false)
 	if !perDevice && ptr.Deref(slice.Spec.NodeName, "") != "" {
 		e.node = *slice.Spec.NodeName
@@ -350,18 +414,19 @@ func (x *Index) addSliceLocked(slice *resourceapi.ResourceSlice) *sliceEntry {
 	}
 	for _, id := range e.ids {
 		x.byDevice[id] = append(x.byDevice[id], e)
-		if x.users[id] > 0 {
+		if x.isHeld(id) {
 			e.used++
 		}
 	}
 	if e.node != "" && e.free() {
 		x.freeSliceLocked(e, true)
 	}
-	x.slices[slice] = e
+	x.slices[key] = e
+	x.byObject[slice] = e
 	return e
 }
 
-func (x *Index) removeSliceLocked(slice *resourceapi.ResourceSlice, e *sliceEntry) {
+func (x *Index) removeSliceLocked(e *sliceEntry) {
 	if e.node != "" && e.free() {
 		x.freeSliceLocked(e, false)
 	}
@@ -380,7 +445,8 @@ func (x *Index) removeSliceLocked(slice *resourceapi.ResourceSlice, e *sliceEntr
 			x.byDevice[id] = entries
 		}
 	}
-	delete(x.slices, slice)
+	delete(x.slices, e.key)
+	delete(x.byObject, e.object)
 }
 
 // Nodes is how Index.Candidates learns of the cycle's nodes without a pass
@@ -409,7 +475,6 @@ func (x *Index) Candidates(claims []*resourceapi.ResourceClaim, classes ClassGet
 		x.observed(Indexed)
 	default:
 		x.observed(Fallback)
-		view.IDs = &x.ids
 		return Candidates(claims, classes, view, nodes.List())
 	}
 	return names, all
@@ -471,7 +536,7 @@ func (x *Index) indexed(needs []need, view View, nodes Nodes) (names sets.Set[st
 			effective = 1
 		}
 		base := 0
-		if x.users[id] > 0 {
+		if x.isHeld(id) {
 			base = 1
 		}
 		if effective != base {
@@ -562,7 +627,11 @@ func (x *Index) indexed(needs []need, view View, nodes Nodes) (names sets.Set[st
 	}
 
 	// Pruning: only on the cycle's own in-use set.
-	return names, false, x.sameInUseLocked(view)
+	exact = x.sameInUseLocked(view)
+	if !exact && view.InFlight != nil {
+		x.forgetPendingLocked(view.InFlight)
+	}
+	return names, false, exact
 }
 
 // driverNodes are, for one need, the nodes of each driver it accepts with
@@ -620,7 +689,7 @@ func (d driverNodes) each(visit func(node string)) {
 func (x *Index) sameInUseLocked(view View) bool {
 	size, sum := x.held, x.sum
 	for id := range view.Kept {
-		if x.users[id] == 0 {
+		if !x.isHeld(id) {
 			size++
 			sum += x.hash(id)
 		}
@@ -643,6 +712,7 @@ func (x *Index) Sizes() map[string]int {
 	return map[string]int{
 		"nodeprune_claims":       len(x.claims),
 		"nodeprune_pending":      len(x.pending),
-		"nodeprune_devices_held": len(x.users),
+		"nodeprune_allocated":    x.allocated.Len(),
+		"nodeprune_pending_held": len(x.pendingOn),
 	}
 }

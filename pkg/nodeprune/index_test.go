@@ -3,7 +3,9 @@ package nodeprune_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -102,6 +104,11 @@ func (w *world) deliverIndex() {
 	}
 }
 
+// sortedKeys keeps the steps of a seed the same from run to run.
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
 func rvOf(c *resourceapi.ResourceClaim) int {
 	n, _ := strconv.Atoi(c.ResourceVersion)
 	return n
@@ -147,8 +154,21 @@ func (w *world) allocated(name string, devices []resourceapi.DeviceRequestAlloca
 		return claim
 	}
 	claim.Status.Allocation = &resourceapi.AllocationResult{}
+	// Devices no claim holds, as an allocator picks them; rarely one
+	// another claim holds too, as two schedulers racing leave it.
+	held := sets.New[string]()
+	for _, other := range w.claims {
+		if other.Status.Allocation != nil {
+			for _, r := range other.Status.Allocation.Devices.Results {
+				held.Insert(r.Pool + "/" + r.Device)
+			}
+		}
+	}
 	for range 1 + w.r.IntN(3) {
 		result := devices[w.r.IntN(len(devices))]
+		for try := 0; try < 5 && held.Has(result.Pool+"/"+result.Device) && w.r.IntN(20) != 0; try++ {
+			result = devices[w.r.IntN(len(devices))]
+		}
 		switch w.r.IntN(12) {
 		case 0:
 			result.AdminAccess = ptr.To(true)
@@ -176,6 +196,13 @@ func runIndexCase(t *testing.T, seed uint64, o *outcomes) {
 		inFlight: map[types.UID]*resourceapi.ResourceClaim{}, sharesOff: r.IntN(2) == 0, upstream: map[string]*cached{},
 	}
 	w.index = nodeprune.NewIndex(nodeprune.IndexOptions{SharesApart: !w.sharesOff, Observe: func(o nodeprune.Outcome) { got = append(got, o) }})
+	// Slices as the apiserver serves them, with a UID and a version; some
+	// without, as slices built by hand are.
+	for i, slice := range c.Slices {
+		if r.IntN(4) != 0 {
+			slice.UID, slice.ResourceVersion = types.UID(fmt.Sprintf("slice-%d", i)), "1"
+		}
+	}
 	slices := append([]*resourceapi.ResourceSlice(nil), c.Slices...)
 	devices := allDevices(slices)
 	// The cluster's claims to start with: as full as the case made it.
@@ -196,20 +223,31 @@ func runIndexCase(t *testing.T, seed uint64, o *outcomes) {
 	for step := range 25 {
 		// The cluster changes.
 		switch r.IntN(9) {
-		case 0, 1: // a claim allocated by someone, or a new version
-			w.write(w.allocated(fmt.Sprintf("c-%d", r.IntN(12)), devices), false)
+		case 0, 1: // a claim allocated by someone, or a new version of an allocated one (an allocation is immutable)
+			name := fmt.Sprintf("c-%d", r.IntN(12))
+			if current := w.claims["ns/"+name]; current != nil && current.Status.Allocation != nil {
+				next := current.DeepCopy()
+				next.ResourceVersion = w.nextRV()
+				w.write(next, false)
+			} else {
+				w.write(w.allocated(name, devices), false)
+			}
 		case 2: // deallocated
-			for _, claim := range w.claims {
-				w.write(w.allocated(claim.Name, nil), false)
+			for _, k := range sortedKeys(w.claims) {
+				w.write(w.allocated(w.claims[k].Name, nil), false)
 				break
 			}
 		case 3: // deleted
-			for _, claim := range w.claims {
-				w.write(claim, true)
+			for _, k := range sortedKeys(w.claims) {
+				w.write(w.claims[k], true)
 				break
 			}
 		case 4: // the scheduler's own allocation of a claim its cache has: in flight, then written and assumed
-			for k, entry := range w.upstream {
+			for _, k := range sortedKeys(w.upstream) {
+				entry := w.upstream[k]
+				if entry.latest.Status.Allocation != nil {
+					continue // the scheduler allocates only claims that are not
+				}
 				claim := w.allocated(entry.latest.Name, devices)
 				w.inFlight[claim.UID] = claim
 				w.index.PendingAllocation(claim)
@@ -221,11 +259,11 @@ func runIndexCase(t *testing.T, seed uint64, o *outcomes) {
 				w.write(claim, false)
 				entry.latest = claim
 				w.index.Assumed(claim)
-				_ = k
 				break
 			}
 		case 5: // an assumed version restored to the informer's, as after a failed write
-			for _, entry := range w.upstream {
+			for _, k := range sortedKeys(w.upstream) {
+				entry := w.upstream[k]
 				if entry.latest == entry.api {
 					continue
 				}
@@ -240,11 +278,14 @@ func runIndexCase(t *testing.T, seed uint64, o *outcomes) {
 			}
 			s := slices[i].DeepCopy()
 			if len(s.Spec.Devices) > 0 {
-				switch r.IntN(3) {
-				case 0:
+				switch r.IntN(4) {
+				case 0: // updated by its driver: a new version
 					s.Spec.Devices = s.Spec.Devices[:len(s.Spec.Devices)-1]
-				case 1:
+					s.ResourceVersion = w.nextRV()
+				case 1: // tainted by a DeviceTaintRule: a patched copy of the same version
 					s.Spec.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: "maintenance", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+				case 2: // reordered by BestFit: a copy of the same version
+					s.Spec.Devices = append(s.Spec.Devices[1:len(s.Spec.Devices):len(s.Spec.Devices)], s.Spec.Devices[0])
 				}
 			}
 			slices[i] = s
@@ -403,5 +444,38 @@ func TestIndexFallsBackWhileItLags(t *testing.T) {
 	names, all = index.Candidates([]*resourceapi.ResourceClaim{claimOf("gpu")}, testClasses.Get, view, nodeSet)
 	if all || !names.Equal(sets.New("node-0")) || outcomes[1] != nodeprune.Fallback {
 		t.Fatalf("lagging: candidates %v (all %v, %v), want node-0 from the walk", sets.List(names), all, outcomes)
+	}
+}
+
+// An in-flight allocation the decorator reported after upstream had
+// already dropped it (a sharer's removal came in between): the index
+// holds it, the cycle's set does not. The check fails once, the index
+// asks the claim tracker which allocations are still in flight, and the
+// next pod is answered by the index again.
+func TestIndexForgetsInFlightAllocationsUpstreamDropped(t *testing.T) {
+	nodes := []*v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "node-0"}}, {ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}}
+	listed := []*resourceapi.ResourceSlice{nodeLocal("node-0", gpuDriver, "gpu-0"), nodeLocal("node-1", gpuDriver, "gpu-0")}
+	var outcomes []nodeprune.Outcome
+	index := nodeprune.NewIndex(nodeprune.IndexOptions{Observe: func(o nodeprune.Outcome) { outcomes = append(outcomes, o) }})
+	held := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "held", UID: "held", ResourceVersion: "1"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+			{Request: "req", Driver: gpuDriver, Pool: "node-1", Device: "gpu-0"}}}}}}
+	index.SetClaim(held)
+	dropped := held.DeepCopy()
+	dropped.Name, dropped.UID = "dropped", "dropped"
+	dropped.Status.Allocation.Devices.Results[0].Pool = "node-0"
+	index.PendingAllocation(dropped)
+
+	view := nodeprune.View{Slices: listed, InUse: sets.New(structured.MakeDeviceID(gpuDriver, "node-1", "gpu-0")),
+		InFlight: func(uid types.UID) bool { return false }}
+	nodeSet := nodeprune.Nodes{Count: 2, Has: func(string) bool { return true }, List: func() []*v1.Node { return nodes }}
+	for range 2 {
+		names, all := index.Candidates([]*resourceapi.ResourceClaim{claimOf("gpu")}, testClasses.Get, view, nodeSet)
+		if all || !names.Equal(sets.New("node-0")) {
+			t.Fatalf("candidates %v (all %v), want node-0", sets.List(names), all)
+		}
+	}
+	if want := []nodeprune.Outcome{nodeprune.Fallback, nodeprune.Indexed}; !slices.Equal(outcomes, want) {
+		t.Errorf("answers %v, want %v", outcomes, want)
 	}
 }

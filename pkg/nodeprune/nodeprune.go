@@ -17,6 +17,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -36,6 +37,9 @@ type View struct {
 	// Kept are the devices in InUse for no claim: released allocations
 	// held (pkg/releasehold) and the withheld ones. Only Index reads it.
 	Kept sets.Set[structured.DeviceID]
+	// InFlight, when set, reports whether the claim tracker holds an
+	// in-flight allocation for a claim. Only Index reads it.
+	InFlight func(uid types.UID) bool
 	// IDs, when set, caches the slices' device IDs across calls.
 	IDs *DeviceIDs
 }

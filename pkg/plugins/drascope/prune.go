@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -43,7 +44,12 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 		return byName
 	}
 	classes := func(name string) (*resourceapi.DeviceClass, error) { return pl.manager.DeviceClasses().Get(name) }
-	pruning := nodeprune.View{Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld, Kept: view.seen.kept, IDs: &pl.deviceIDs}
+	tracker := pl.manager.claims.ResourceClaimTracker
+	pruning := nodeprune.View{
+		Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld, Kept: view.seen.kept,
+		InFlight: func(uid types.UID) bool { return tracker.GetPendingAllocation(uid) != nil },
+		IDs:      &pl.deviceIDs,
+	}
 	var candidates sets.Set[string]
 	var all bool
 	if pl.index != nil {
