@@ -2,7 +2,6 @@ package nodeprune
 
 import (
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"unsafe"
 
@@ -16,31 +15,29 @@ import (
 
 // Index answers what Candidates answers without a pass over every device
 // for every pod. It keeps, from the same events the scheduler's claim
-// tracker follows, how many claims hold each device, per slice how many of
-// its devices are held, and per driver the nodes that reach a node-local
-// slice with a free device; a pod's candidates are then read from the nodes
-// of its drivers.
+// tracker follows, which devices are held, per slice how many of its
+// devices are held, and per driver the nodes that reach a node-local slice
+// with a free device; a pod's candidates are then read from the nodes of
+// its drivers (index_claims.go follows the claims, index_slices.go the
+// slices).
 //
 // The index is a second view of what upstream's tracker knows, fed by its
 // own informer handler, so it may be a few events ahead of or behind the
 // in-use set upstream's PreFilter gathered for the cycle. It never prunes
 // on its own word: before it leaves a node out, it checks that its in-use
-// set is that cycle's, by size and by a keyed sum of the devices' hashes
-// (equal sums of different sets of device IDs happen with probability
-// 2^-64, and the seed is the process's own, so no input can be made to
-// collide). The check is one pass over the in-use set's entries without
-// lookups, a fraction of the copy upstream makes of the same set each
+// set is that cycle's, by size and by a seeded sum of the devices' hashes
+// (equal sums of different sets of device IDs are 64-bit collisions of a
+// hash whose seed is the process's own and whose inputs no user chooses).
+// The check is one pass over the in-use set's entries without lookups,
+// cheaper than the copy upstream's tracker makes of the same set each
 // cycle. When the check fails, Candidates' walk answers instead and the
 // fallback is counted. When the index finds that every node qualifies,
 // nothing is pruned and nothing needs checking.
 //
-// A claim counts as the scheduler's claim tracker counts it: the devices
-// of its allocation, admin-access results aside, and with shares apart
-// (DRAConsumableCapacity) the shared results aside too; the version that
-// counts is the newer of the informer's and the one assumed after the
-// scheduler wrote it; in-flight allocations count as well. Slices not bound
-// to one node (all nodes, a node selector, per-device node selection) are
-// few and walked each cycle, as Candidates walks them.
+// Claims count as the claim tracker counts them (index_claims.go), and
+// slices are the cycle's own listing. Slices not bound to one node (all
+// nodes, a node selector, per-device node selection) are few and walked
+// each cycle, as Candidates walks them.
 type Index struct {
 	sharesApart bool
 	seed        uint64
@@ -98,42 +95,6 @@ type IndexOptions struct {
 	Observe func(Outcome)
 }
 
-// claimEntry is the assume cache's entry for a claim: the informer's
-// version it accepted, and the version that counts (assumed, or that).
-type claimEntry struct {
-	api, latest *resourceapi.ResourceClaim
-}
-
-// sliceKey identifies a slice: by UID and resource version, or by object
-// when it has no UID (slices built by hand).
-type sliceKey struct {
-	uid     types.UID
-	version string
-	object  *resourceapi.ResourceSlice
-}
-
-func keyOf(slice *resourceapi.ResourceSlice) sliceKey {
-	if slice.UID == "" {
-		return sliceKey{object: slice}
-	}
-	return sliceKey{uid: slice.UID, version: slice.ResourceVersion}
-}
-
-type sliceEntry struct {
-	key sliceKey
-	// slice is the object the entry was made from, object the one last
-	// listed for it.
-	slice, object *resourceapi.ResourceSlice
-	ids           []structured.DeviceID
-	// used counts the devices (by position) held.
-	used int
-	// node is the node of a node-local slice, "" for a walked one.
-	node string
-	pass uint64
-}
-
-func (e *sliceEntry) free() bool { return e.used < len(e.ids) }
-
 // NewIndex returns an empty index.
 func NewIndex(opts IndexOptions) *Index {
 	return &Index{
@@ -150,154 +111,6 @@ func NewIndex(opts IndexOptions) *Index {
 		freeOn:      map[string]map[string]int{},
 		walked:      sets.New[*sliceEntry](),
 	}
-}
-
-func claimKey(namespace, name string) string { return namespace + "/" + name }
-
-// SetClaim is the informer's version of a claim. As in the assume cache,
-// a version not newer than the one that counts is ignored.
-func (x *Index) SetClaim(claim *resourceapi.ResourceClaim) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	key := claimKey(claim.Namespace, claim.Name)
-	var old *resourceapi.ResourceClaim
-	if e := x.claims[key]; e != nil {
-		if !newerVersion(claim, e.latest) {
-			return
-		}
-		old = e.latest
-	}
-	x.claims[key] = &claimEntry{api: claim, latest: claim}
-	x.changedLocked(old, claim)
-}
-
-// DeleteClaim forgets a claim, an assumed version too, as the assume cache
-// does.
-func (x *Index) DeleteClaim(claim *resourceapi.ResourceClaim) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	key := claimKey(claim.Namespace, claim.Name)
-	if e := x.claims[key]; e != nil {
-		delete(x.claims, key)
-		x.changedLocked(e.latest, nil)
-	}
-}
-
-// Assumed is the version the scheduler wrote, which counts until the
-// informer has a newer one. The assume cache only assumes a claim it has
-// (the scheduler's own write of a claim it read); one the index has not
-// been told of yet waits for the informer, and the check covers the gap.
-func (x *Index) Assumed(claim *resourceapi.ResourceClaim) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	e := x.claims[claimKey(claim.Namespace, claim.Name)]
-	if e == nil || newerVersion(e.latest, claim) {
-		return
-	}
-	old := e.latest
-	e.latest = claim
-	x.changedLocked(old, claim)
-}
-
-// AssumeRestored makes the informer's version count again.
-func (x *Index) AssumeRestored(namespace, name string) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	e := x.claims[claimKey(namespace, name)]
-	if e == nil || e.latest == e.api {
-		return
-	}
-	old := e.latest
-	e.latest = e.api
-	x.changedLocked(old, e.api)
-}
-
-// changedLocked follows a claim from one counted version to the next as
-// upstream's allocatedDevices does: a version that gains an allocation
-// adds its devices, one that loses it removes the old version's; from one
-// allocation to another nothing changes (an allocation is immutable).
-func (x *Index) changedLocked(old, claim *resourceapi.ResourceClaim) {
-	wasAllocated := old != nil && old.Status.Allocation != nil
-	isAllocated := claim != nil && claim.Status.Allocation != nil
-	switch {
-	case !wasAllocated && isAllocated:
-		for _, id := range x.devicesOf(claim) {
-			before := x.isHeld(id)
-			x.allocated.Insert(id)
-			x.heldChangedLocked(id, before)
-		}
-	case wasAllocated && !isAllocated:
-		for _, id := range x.devicesOf(old) {
-			before := x.isHeld(id)
-			x.allocated.Delete(id)
-			x.heldChangedLocked(id, before)
-		}
-	}
-}
-
-// PendingAllocation records an allocation in flight.
-func (x *Index) PendingAllocation(claim *resourceapi.ResourceClaim) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	old := x.pending[claim.UID]
-	devices := x.devicesOf(claim)
-	x.pending[claim.UID] = devices
-	x.pendLocked(devices, +1)
-	x.pendLocked(old, -1)
-}
-
-// PendingAllocationRemoved forgets an allocation in flight.
-func (x *Index) PendingAllocationRemoved(uid types.UID) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.pendLocked(x.pending[uid], -1)
-	delete(x.pending, uid)
-}
-
-func (x *Index) pendLocked(devices []structured.DeviceID, delta int) {
-	for _, id := range devices {
-		before := x.isHeld(id)
-		if x.pendingOn[id] += delta; x.pendingOn[id] <= 0 {
-			delete(x.pendingOn, id)
-		}
-		x.heldChangedLocked(id, before)
-	}
-}
-
-// forgetPendingLocked drops the in-flight allocations the claim tracker no
-// longer holds. The decorator reports a removal and another profile's new
-// share of the same allocation in an order it cannot fix, so an entry can
-// outlive upstream's; the check then fails, and this heals it.
-func (x *Index) forgetPendingLocked(inFlight func(types.UID) bool) {
-	for uid, devices := range x.pending {
-		if !inFlight(uid) {
-			x.pendLocked(devices, -1)
-			delete(x.pending, uid)
-		}
-	}
-}
-
-// newerVersion reports whether a's resource version is past b's, as the
-// assume cache compares them (an unparsable one is not newer).
-func newerVersion(a, b *resourceapi.ResourceClaim) bool {
-	av, aerr := strconv.ParseInt(a.ResourceVersion, 10, 64)
-	bv, berr := strconv.ParseInt(b.ResourceVersion, 10, 64)
-	return aerr == nil && berr == nil && av > bv
-}
-
-// devicesOf are the devices a claim holds as the claim tracker counts them.
-func (x *Index) devicesOf(claim *resourceapi.ResourceClaim) []structured.DeviceID {
-	if claim == nil || claim.Status.Allocation == nil {
-		return nil
-	}
-	var devices []structured.DeviceID
-	for _, result := range claim.Status.Allocation.Devices.Results {
-		if ptr.Deref(result.AdminAccess, false) || (x.sharesApart && result.ShareID != nil) {
-			continue
-		}
-		devices = append(devices, structured.MakeDeviceID(result.Driver, result.Pool, result.Device))
-	}
-	return devices
 }
 
 // hash is a seeded hash of a device ID: the addresses of its three
@@ -319,134 +132,6 @@ func mix(z uint64) uint64 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)
-}
-
-func (x *Index) isHeld(id structured.DeviceID) bool {
-	return x.allocated.Has(id) || x.pendingOn[id] > 0
-}
-
-// heldChangedLocked updates the sum and the slices when a device's being
-// held changed from before.
-func (x *Index) heldChangedLocked(id structured.DeviceID, before bool) {
-	now := x.isHeld(id)
-	switch {
-	case now && !before:
-		x.sum += x.hash(id)
-		x.held++
-		for _, e := range x.byDevice[id] {
-			x.countLocked(e, +1)
-		}
-	case before && !now:
-		x.sum -= x.hash(id)
-		x.held--
-		for _, e := range x.byDevice[id] {
-			x.countLocked(e, -1)
-		}
-	}
-}
-
-// countLocked changes a slice's count of held devices, and its node's
-// count of free slices when the slice fills up or frees up.
-func (x *Index) countLocked(e *sliceEntry, delta int) {
-	wasFree := e.free()
-	e.used += delta
-	if e.node != "" && wasFree != e.free() {
-		x.freeSliceLocked(e, e.free())
-	}
-}
-
-func (x *Index) freeSliceLocked(e *sliceEntry, free bool) {
-	driver := e.slice.Spec.Driver
-	nodes := x.freeOn[driver]
-	if free {
-		if nodes == nil {
-			nodes = map[string]int{}
-			x.freeOn[driver] = nodes
-		}
-		nodes[e.node]++
-		return
-	}
-	if nodes[e.node]--; nodes[e.node] <= 0 {
-		delete(nodes, e.node)
-	}
-}
-
-// syncSlicesLocked makes the index's slices the cycle's: new objects are
-// indexed, those the cycle did not list are dropped.
-func (x *Index) syncSlicesLocked(slices []*resourceapi.ResourceSlice) {
-	x.pass++
-	listed := 0
-	for _, slice := range slices {
-		e := x.byObject[slice]
-		if e == nil {
-			key := keyOf(slice)
-			if e = x.slices[key]; e != nil {
-				// Another copy of a slice the index has.
-				delete(x.byObject, e.object)
-				e.object = slice
-				x.byObject[slice] = e
-			} else {
-				e = x.addSliceLocked(key, slice)
-			}
-		}
-		if e.pass != x.pass {
-			e.pass = x.pass
-			listed++
-		}
-	}
-	if listed == len(x.slices) {
-		return
-	}
-	for _, e := range x.slices {
-		if e.pass != x.pass {
-			x.removeSliceLocked(e)
-		}
-	}
-}
-
-func (x *Index) addSliceLocked(key sliceKey, slice *resourceapi.ResourceSlice) *sliceEntry {
-	e := &sliceEntry{key: key, slice: slice, object: slice, ids: makeIDs(slice)}
-	perDevice := ptr.Deref(slice.Spec.PerDeviceNodeSelection, false)
-	if !perDevice && ptr.Deref(slice.Spec.NodeName, "") != "" {
-		e.node = *slice.Spec.NodeName
-	} else {
-		x.walked.Insert(e)
-	}
-	for _, id := range e.ids {
-		x.byDevice[id] = append(x.byDevice[id], e)
-		if x.isHeld(id) {
-			e.used++
-		}
-	}
-	if e.node != "" && e.free() {
-		x.freeSliceLocked(e, true)
-	}
-	x.slices[key] = e
-	x.byObject[slice] = e
-	return e
-}
-
-func (x *Index) removeSliceLocked(e *sliceEntry) {
-	if e.node != "" && e.free() {
-		x.freeSliceLocked(e, false)
-	}
-	x.walked.Delete(e)
-	for _, id := range e.ids {
-		entries := x.byDevice[id]
-		for i, other := range entries {
-			if other == e {
-				entries = append(entries[:i], entries[i+1:]...)
-				break
-			}
-		}
-		if len(entries) == 0 {
-			delete(x.byDevice, id)
-		} else {
-			x.byDevice[id] = entries
-		}
-	}
-	delete(x.slices, e.key)
-	delete(x.byObject, e.object)
 }
 
 // Nodes is how Index.Candidates learns of the cycle's nodes without a pass
@@ -497,77 +182,12 @@ func (x *Index) indexed(needs []need, view View, nodes Nodes) (names sets.Set[st
 	if len(needs) == maxNeeds {
 		full = ^uint64(0)
 	}
-	// The walked slices, exactly as Candidates walks them.
-	met := map[string]uint64{}
-	var everywhere uint64
-	var list []*v1.Node
-	for e := range x.walked {
-		sliceMeets := meets(needs, e.slice.Spec.Driver)
-		if sliceMeets == 0 {
-			continue
-		}
-		perDevice := ptr.Deref(e.slice.Spec.PerDeviceNodeSelection, false)
-		for i := range e.slice.Spec.Devices {
-			if view.InUse.Has(e.ids[i]) && !view.Withheld.Has(e.ids[i]) {
-				continue
-			}
-			if list == nil {
-				list = nodes.List()
-			}
-			device := &e.slice.Spec.Devices[i]
-			if perDevice {
-				reach(met, &everywhere, list, device.NodeName, device.NodeSelector, device.AllNodes, sliceMeets)
-			} else {
-				reach(met, &everywhere, list, e.slice.Spec.NodeName, e.slice.Spec.NodeSelector, e.slice.Spec.AllNodes, sliceMeets)
-				break
-			}
-		}
-	}
+	met, everywhere := x.walkLocked(needs, view, nodes)
 	if everywhere == full {
 		return nil, true, true
 	}
 
-	// What the view holds for no claim changes a few slices for this
-	// cycle: a held device is in use, a withheld one counts free.
-	adjust := map[*sliceEntry]int{}
-	for id := range view.Kept {
-		effective := 0
-		if !view.Withheld.Has(id) {
-			effective = 1
-		}
-		base := 0
-		if x.isHeld(id) {
-			base = 1
-		}
-		if effective != base {
-			for _, e := range x.byDevice[id] {
-				adjust[e] += effective - base
-			}
-		}
-	}
-	// Per driver and node, the change in free node-local slices.
-	var adjustOn map[string]map[string]int
-	for e, delta := range adjust {
-		if e.node == "" {
-			continue
-		}
-		wasFree, isFree := e.free(), e.used+delta < len(e.ids)
-		if wasFree == isFree {
-			continue
-		}
-		if adjustOn == nil {
-			adjustOn = map[string]map[string]int{}
-		}
-		driver := e.slice.Spec.Driver
-		if adjustOn[driver] == nil {
-			adjustOn[driver] = map[string]int{}
-		}
-		if isFree {
-			adjustOn[driver][e.node]++
-		} else {
-			adjustOn[driver][e.node]--
-		}
-	}
+	adjustOn := x.keptLocked(view)
 	reached := make([]driverNodes, len(needs))
 	for i, n := range needs {
 		reached[i] = x.driverNodesLocked(n, adjustOn)
@@ -634,6 +254,82 @@ func (x *Index) indexed(needs []need, view View, nodes Nodes) (names sets.Set[st
 	return names, false, exact
 }
 
+// walkLocked walks the slices not bound to one node, exactly as
+// Candidates walks them: the needs their free devices meet on each node
+// they name or select, and everywhere.
+func (x *Index) walkLocked(needs []need, view View, nodes Nodes) (met map[string]uint64, everywhere uint64) {
+	met = map[string]uint64{}
+	var list []*v1.Node
+	for e := range x.walked {
+		sliceMeets := meets(needs, e.slice.Spec.Driver)
+		if sliceMeets == 0 {
+			continue
+		}
+		perDevice := ptr.Deref(e.slice.Spec.PerDeviceNodeSelection, false)
+		for i := range e.slice.Spec.Devices {
+			if view.InUse.Has(e.ids[i]) && !view.Withheld.Has(e.ids[i]) {
+				continue
+			}
+			if list == nil {
+				list = nodes.List()
+			}
+			device := &e.slice.Spec.Devices[i]
+			if perDevice {
+				reach(met, &everywhere, list, device.NodeName, device.NodeSelector, device.AllNodes, sliceMeets)
+			} else {
+				reach(met, &everywhere, list, e.slice.Spec.NodeName, e.slice.Spec.NodeSelector, e.slice.Spec.AllNodes, sliceMeets)
+				break
+			}
+		}
+	}
+	return met, everywhere
+}
+
+// keptLocked is how what the view holds for no claim changes this cycle's
+// free node-local slices, per driver and node: a held device is in use, a
+// withheld one counts free (Filter explains it). Kept devices are few.
+func (x *Index) keptLocked(view View) map[string]map[string]int {
+	adjust := map[*sliceEntry]int{}
+	for id := range view.Kept {
+		effective := 0
+		if !view.Withheld.Has(id) {
+			effective = 1
+		}
+		base := 0
+		if x.isHeld(id) {
+			base = 1
+		}
+		if effective != base {
+			for _, e := range x.byDevice[id] {
+				adjust[e] += effective - base
+			}
+		}
+	}
+	var adjustOn map[string]map[string]int
+	for e, delta := range adjust {
+		if e.node == "" {
+			continue
+		}
+		wasFree, isFree := e.free(), e.used+delta < len(e.ids)
+		if wasFree == isFree {
+			continue
+		}
+		if adjustOn == nil {
+			adjustOn = map[string]map[string]int{}
+		}
+		driver := e.slice.Spec.Driver
+		if adjustOn[driver] == nil {
+			adjustOn[driver] = map[string]int{}
+		}
+		if isFree {
+			adjustOn[driver][e.node]++
+		} else {
+			adjustOn[driver][e.node]--
+		}
+	}
+	return adjustOn
+}
+
 // driverNodes are, for one need, the nodes of each driver it accepts with
 // their free node-local slices, and this cycle's change to those counts.
 type driverNodes struct {
@@ -685,7 +381,7 @@ func (d driverNodes) each(visit func(node string)) {
 }
 
 // sameInUseLocked reports whether the view's in-use set is the index's
-// devices with users and the view's kept ones.
+// held devices and the view's kept ones.
 func (x *Index) sameInUseLocked(view View) bool {
 	size, sum := x.held, x.sum
 	for id := range view.Kept {
