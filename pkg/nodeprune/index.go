@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
-	"k8s.io/utils/ptr"
 )
 
 // Index answers what Candidates answers without a pass over every device
@@ -265,22 +264,10 @@ func (x *Index) walkLocked(needs []need, view View, nodes Nodes) (met map[string
 		if sliceMeets == 0 {
 			continue
 		}
-		perDevice := ptr.Deref(e.slice.Spec.PerDeviceNodeSelection, false)
-		for i := range e.slice.Spec.Devices {
-			if view.InUse.Has(e.ids[i]) && !view.Withheld.Has(e.ids[i]) {
-				continue
-			}
-			if list == nil {
-				list = nodes.List()
-			}
-			device := &e.slice.Spec.Devices[i]
-			if perDevice {
-				reach(met, &everywhere, list, device.NodeName, device.NodeSelector, device.AllNodes, sliceMeets)
-			} else {
-				reach(met, &everywhere, list, e.slice.Spec.NodeName, e.slice.Spec.NodeSelector, e.slice.Spec.AllNodes, sliceMeets)
-				break
-			}
+		if list == nil {
+			list = nodes.List()
 		}
+		reachFree(met, &everywhere, list, e.slice, e.ids, view, sliceMeets)
 	}
 	return met, everywhere
 }

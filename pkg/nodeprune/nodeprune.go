@@ -93,21 +93,7 @@ func Candidates(claims []*resourceapi.ResourceClaim, classes ClassGetter, view V
 		}
 		// Interned once per slice (DeviceIDs): interning every device's
 		// names cost a millisecond per pod at 5000 devices.
-		ids := view.IDs.Of(slice, makeIDs)
-		for i := range slice.Spec.Devices {
-			device := &slice.Spec.Devices[i]
-			id := ids[i]
-			if view.InUse.Has(id) && !view.Withheld.Has(id) {
-				continue
-			}
-			if perDevice {
-				reach(met, &everywhere, nodes, device.NodeName, device.NodeSelector, device.AllNodes, sliceMeets)
-			} else {
-				reach(met, &everywhere, nodes, slice.Spec.NodeName, slice.Spec.NodeSelector, slice.Spec.AllNodes, sliceMeets)
-				// One free device is all a slice can tell about its nodes.
-				break
-			}
-		}
+		reachFree(met, &everywhere, nodes, slice, view.IDs.Of(slice, makeIDs), view, sliceMeets)
 		if everywhere == full {
 			return nil, true
 		}
@@ -142,6 +128,24 @@ func meets(needs []need, driver string) uint64 {
 		}
 	}
 	return bits
+}
+
+// reachFree records the nodes the slice's free devices reach (ids are
+// its devices' IDs): each device's own when the slice selects per device,
+// else the slice's, which one free device is enough to tell.
+func reachFree(met map[string]uint64, everywhere *uint64, nodes []*v1.Node, slice *resourceapi.ResourceSlice, ids []structured.DeviceID, view View, bits uint64) {
+	perDevice := slice.Spec.PerDeviceNodeSelection != nil && *slice.Spec.PerDeviceNodeSelection
+	for i := range slice.Spec.Devices {
+		if view.InUse.Has(ids[i]) && !view.Withheld.Has(ids[i]) {
+			continue
+		}
+		if !perDevice {
+			reach(met, everywhere, nodes, slice.Spec.NodeName, slice.Spec.NodeSelector, slice.Spec.AllNodes, bits)
+			return
+		}
+		device := &slice.Spec.Devices[i]
+		reach(met, everywhere, nodes, device.NodeName, device.NodeSelector, device.AllNodes, bits)
+	}
 }
 
 // reach records that a free device meeting bits is reachable from the
