@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 
@@ -51,11 +52,7 @@ func check(t *testing.T, seed uint64, o *outcome) {
 		o.pruned++
 	}
 	for setName, features := range dracases.FeatureSets {
-		allocator, err := structured.NewAllocator(context.Background(), features, structured.AllocatedState{
-			AllocatedDevices:         c.InUse,
-			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-		}, dracases.Classes, c.Slices, dracases.CEL)
+		allocator, err := allocatorOver(features, c.InUse, c.Slices)
 		if err != nil {
 			t.Fatalf("seed %d, features %s: building the allocator: %v", seed, setName, err)
 		}
@@ -75,6 +72,16 @@ func check(t *testing.T, seed uint64, o *outcome) {
 			}
 		}
 	}
+}
+
+// allocatorOver is upstream's allocator of the feature set over the in-use
+// set and slices, as DynamicResources' PreFilter builds it.
+func allocatorOver(features structured.Features, inUse sets.Set[structured.DeviceID], slices []*resourceapi.ResourceSlice) (structured.Allocator, error) {
+	return structured.NewAllocator(context.Background(), features, structured.AllocatedState{
+		AllocatedDevices:         inUse,
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}, dracases.Classes, slices, dracases.CEL)
 }
 
 // TestCandidatesKeepEveryNodeTheAllocatorAccepts runs 3000 seeded cases,

@@ -363,11 +363,7 @@ func runIndexCase(t *testing.T, seed uint64, o *outcomes) {
 			continue
 		}
 		for setName, features := range dracases.FeatureSets {
-			allocator, err := structured.NewAllocator(context.Background(), features, structured.AllocatedState{
-				AllocatedDevices:         inUse,
-				AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-				AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-			}, dracases.Classes, slices, dracases.CEL)
+			allocator, err := allocatorOver(features, inUse, slices)
 			if err != nil {
 				t.Fatalf("seed %d step %d, features %s: building the allocator: %v", seed, step, setName, err)
 			}
