@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"strconv"
 	"testing"
 
@@ -206,7 +207,11 @@ func runIndexCase(t *testing.T, seed uint64, o *outcomes) {
 	slices := append([]*resourceapi.ResourceSlice(nil), c.Slices...)
 	devices := allDevices(slices)
 	// The cluster's claims to start with: as full as the case made it.
-	for i, id := range c.InUse.UnsortedList() {
+	held := c.InUse.UnsortedList()
+	sort.Slice(held, func(i, j int) bool {
+		return held[i].Pool.String()+"/"+held[i].Device.String() < held[j].Pool.String()+"/"+held[j].Device.String()
+	})
+	for i, id := range held {
 		name := fmt.Sprintf("held-%d", i)
 		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), ResourceVersion: w.nextRV()},
 			Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
