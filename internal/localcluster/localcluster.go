@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -44,6 +45,12 @@ type Options struct {
 	APIServerPort int
 	// AdminToken authenticates as a member of system:masters.
 	AdminToken string
+	// FeatureGates are passed to kube-apiserver and kube-controller-manager
+	// (--feature-gates), for gates beyond the version's defaults.
+	FeatureGates map[string]bool
+	// RuntimeConfig enables API versions off by default
+	// (--runtime-config), for example scheduling.k8s.io/v1beta1=true.
+	RuntimeConfig []string
 }
 
 // ControlPlane is a running etcd and kube-apiserver, and whatever else was
@@ -58,6 +65,10 @@ type ControlPlane struct {
 	Admin      *rest.Config
 	adminToken string
 	saKeyFile  string
+	// featureGates and runtimeConfig are the Options' flags, kept for a
+	// restarted apiserver and for the controller manager.
+	featureGates  []string
+	runtimeConfig []string
 
 	mu        sync.Mutex
 	processes []*Process
@@ -133,7 +144,8 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{Dir: dir, BinDir: opts.BinDir, adminToken: opts.AdminToken}
+	cp := &ControlPlane{Dir: dir, BinDir: opts.BinDir, adminToken: opts.AdminToken,
+		featureGates: featureGateFlags(opts.FeatureGates), runtimeConfig: runtimeConfigFlags(opts.RuntimeConfig)}
 	if err := cp.startEtcd(ctx); err != nil {
 		cp.Stop()
 		return nil, err
@@ -221,19 +233,20 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 		return err
 	}
 	certDir := filepath.Join(cp.Dir, "apiserver-certs")
-	apiserver, err := cp.Run("kube-apiserver", "kube-apiserver",
-		"--etcd-servers="+cp.EtcdURL,
+	apiserver, err := cp.Run("kube-apiserver", "kube-apiserver", append([]string{
+		"--etcd-servers=" + cp.EtcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		// Required when advertising loopback; there is no Service endpoint to keep.
 		"--endpoint-reconciler-type=none",
-		"--secure-port="+strconv.Itoa(port), "--cert-dir="+certDir,
+		"--secure-port=" + strconv.Itoa(port), "--cert-dir=" + certDir,
 		"--service-cluster-ip-range=10.96.0.0/16",
-		"--token-auth-file="+tokenFile,
+		"--token-auth-file=" + tokenFile,
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+cp.saKeyFile, "--service-account-signing-key-file="+cp.saKeyFile,
+		"--service-account-key-file=" + cp.saKeyFile, "--service-account-signing-key-file=" + cp.saKeyFile,
 		// Without a node lifecycle controller the not-ready taint it adds never goes away.
 		"--disable-admission-plugins=TaintNodesByCondition",
+	}, slices.Concat(cp.featureGates, cp.runtimeConfig)...)...,
 	)
 	if err != nil {
 		return err
@@ -328,19 +341,40 @@ func (cp *ControlPlane) StartControllerManager(ctx context.Context, controllers 
 	if err != nil {
 		return err
 	}
-	if _, err := cp.Run("kube-controller-manager", "kube-controller-manager",
-		"--kubeconfig="+kubeconfig,
-		"--controllers="+strings.Join(controllers, ","),
+	if _, err := cp.Run("kube-controller-manager", "kube-controller-manager", append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--controllers=" + strings.Join(controllers, ","),
 		"--leader-elect=false",
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(cp.Dir, "kube-controller-manager-certs"),
-		"--service-account-private-key-file="+cp.saKeyFile,
-		"--root-ca-file="+cp.CAFile,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(cp.Dir, "kube-controller-manager-certs"),
+		"--service-account-private-key-file=" + cp.saKeyFile,
+		"--root-ca-file=" + cp.CAFile,
+	}, cp.featureGates...)...,
 	); err != nil {
 		return err
 	}
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: insecureTLS()}}
 	return WaitForURL(ctx, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure, "kube-controller-manager", cp.LogPath("kube-controller-manager"))
+}
+
+// featureGateFlags renders gates as one --feature-gates flag, sorted so
+// that a log shows the same line each run; none when gates is empty.
+func featureGateFlags(gates map[string]bool) []string {
+	if len(gates) == 0 {
+		return nil
+	}
+	var pairs []string
+	for _, name := range slices.Sorted(maps.Keys(gates)) {
+		pairs = append(pairs, fmt.Sprintf("%s=%t", name, gates[name]))
+	}
+	return []string{"--feature-gates=" + strings.Join(pairs, ",")}
+}
+
+func runtimeConfigFlags(config []string) []string {
+	if len(config) == 0 {
+		return nil
+	}
+	return []string{"--runtime-config=" + strings.Join(config, ",")}
 }
 
 // LogPath is where a process's output goes.

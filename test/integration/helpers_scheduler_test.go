@@ -42,6 +42,7 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 	if err := fs.Parse([]string{
 		"--config=" + env.schedulerConfig,
 		"--leader-elect=false",
+		workloadGatesFlag(),
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + filepath.Join(env.cp.Dir, "scheduler-certs"),

@@ -18,6 +18,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -150,6 +151,11 @@ func setUp(ctx context.Context) error {
 		}}},
 	}, metav1.CreateOptions{}); err != nil {
 		return err
+	}
+	// The claim controller reads its gates once, when it is built; the
+	// scheduler sets the same gates again from its flags.
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(workloadGates); err != nil {
+		return fmt.Errorf("turning on %v in-process: %w", workloadGates, err)
 	}
 	if err := startResourceClaimController(ctx, env.client); err != nil {
 		return err

@@ -56,7 +56,8 @@ func TestPreemptionOfCPUMatchesUpstream(t *testing.T) {
 }
 
 // startUpstreamScheduler runs bin/drascope-scheduler with one profile of
-// upstream's default plugins, named upstreamSchedulerName.
+// upstream's default plugins, named upstreamSchedulerName, and the suite's
+// workloadGates.
 func startUpstreamScheduler(t *testing.T) {
 	t.Helper()
 	config, err := writeTempConfig("upstream-scheduler", `apiVersion: kubescheduler.config.k8s.io/v1
@@ -67,7 +68,7 @@ profiles:
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSchedulerBinary(t, "upstream-scheduler", config, "--leader-elect=false")
+	runSchedulerBinary(t, "upstream-scheduler", config, "--leader-elect=false", workloadGatesFlag())
 }
 
 type cpuCaseResult struct {

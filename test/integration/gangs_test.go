@@ -1,0 +1,353 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingapi "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+)
+
+// Gangs under upstream's workload-aware scheduling (GenericWorkload and
+// DRAWorkloadResourceClaims, on for the whole suite: workloadGates). Each
+// case runs twice side by side, in namespaces of its own: under the
+// in-process drascope-scheduler with the shipped config (pruning, packing,
+// BestFit, drascope's preemption) and under a profile of upstream's plugins
+// only in bin/drascope-scheduler. Each run must reach the outcome the case
+// names, and the two must agree: for gangs, upstream defines the right
+// answer.
+
+// gangOutcome is what a gang case left in the cluster once it settled.
+type gangOutcome struct {
+	// placed counts the gang's pods bound to a node.
+	placed int
+	// claims counts the gang's claims (per pod and per PodGroup) with an
+	// allocation.
+	claims int
+	// devices counts the devices those allocations hold.
+	devices int
+	// nodes counts the nodes the bound pods are on.
+	nodes int
+}
+
+func (o gangOutcome) String() string {
+	return fmt.Sprintf("%d pods placed on %d nodes, %d claims allocated holding %d devices", o.placed, o.nodes, o.claims, o.devices)
+}
+
+// gangCase builds a cluster and a gang in s, for scheduler, and waits until
+// the gang settled.
+type gangCase struct {
+	name string
+	want gangOutcome
+	run  func(s *scenario, scheduler string)
+}
+
+// gangSize is the number of pods in every case's gang.
+const gangSize = 4
+
+var gangCases = []gangCase{{
+	// 4 pods × 2 GPUs on 2 nodes × 4 GPUs: every GPU taken, all or nothing.
+	name: "fits",
+	want: gangOutcome{placed: gangSize, claims: gangSize, devices: 2 * gangSize, nodes: 2},
+	run: func(s *scenario, scheduler string) {
+		nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
+		s.addGPUsTemplate("two-gpus", 2)
+		s.addPodGroup("gang", gangSize)
+		s.addGangPods("gang", scheduler, fromTemplate("two-gpus"), nodes)
+		s.waitForGangScheduled()
+	},
+}, {
+	// One GPU of the 8 taken first: 7 free hold three of the members, not
+	// four. Nothing may stay allocated, and a pod that needs a whole node
+	// afterwards finds one.
+	name: "does-not-fit",
+	want: gangOutcome{},
+	run: func(s *scenario, scheduler string) {
+		nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
+		s.addGPUsTemplate("one-gpu", 1)
+		s.addGPUsTemplate("four-gpus", 4)
+		s.addGPUsTemplate("two-gpus", 2)
+		s.addPodWith("filler", scheduler, fromTemplate("one-gpu"), onNodes(nodes))
+		s.waitForPodScheduled("filler")
+		s.addPodGroup("gang", gangSize)
+		s.addGangPods("gang", scheduler, fromTemplate("two-gpus"), nodes)
+		s.waitForGangUnschedulable()
+		s.addPodWith("whole-node", scheduler, fromTemplate("four-gpus"), onNodes(nodes))
+		s.waitForPodScheduled("whole-node")
+	},
+}, {
+	// One claim for the whole PodGroup (KEP-5729), made by the claim
+	// controller from the group's template: allocated once, reserved for
+	// the PodGroup, and every member on the node of its two GPUs.
+	name: "group-claim",
+	want: gangOutcome{placed: gangSize, claims: 1, devices: 2, nodes: 1},
+	run: func(s *scenario, scheduler string) {
+		nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
+		s.addGPUsTemplate("gang-gpus", 2)
+		s.addPodGroup("gang", gangSize, schedulingapi.PodGroupResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("gang-gpus")})
+		s.addGangPods("gang", scheduler, fromTemplate("gang-gpus"), nodes)
+		pods := s.waitForGangScheduled()
+		group := s.getPodGroup("gang")
+		for _, pod := range pods {
+			claim := s.podClaim(pod)
+			if len(claim.OwnerReferences) != 1 || claim.OwnerReferences[0].Kind != "PodGroup" {
+				s.t.Errorf("pod %s uses claim %s owned by %v, want the PodGroup's claim", pod.Name, claim.Name, claim.OwnerReferences)
+			}
+			if want := []resourceapi.ResourceClaimConsumerReference{{APIGroup: schedulingapi.GroupName, Resource: "podgroups", Name: group.Name, UID: group.UID}}; !sameConsumers(claim.Status.ReservedFor, want) {
+				s.t.Errorf("claim %s is reserved for %+v, want only the PodGroup %+v", claim.Name, claim.Status.ReservedFor, want)
+			}
+		}
+	},
+}, {
+	// Three of the four members first: the gang waits for its fourth
+	// (upstream's PreEnqueue) with nothing allocated, while a pod of no
+	// gang is scheduled past it; then the fourth arrives and all four land.
+	name: "late-member",
+	want: gangOutcome{placed: gangSize, claims: gangSize, devices: 2 * gangSize, nodes: 2},
+	run: func(s *scenario, scheduler string) {
+		nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
+		s.addGPUsTemplate("two-gpus", 2)
+		s.addPodGroup("gang", gangSize)
+		for i := range gangSize - 1 {
+			s.addGangPod(i, "gang", scheduler, fromTemplate("two-gpus"), nodes)
+		}
+		// Created after the members, so the scheduler saw them first.
+		s.addCPUPod("no-gang", scheduler, 1, onNodes(nodes))
+		s.waitForPodScheduled("no-gang")
+		if early := s.gangOutcome(); early != (gangOutcome{}) {
+			s.t.Errorf("with %d of %d members the gang already holds %s", gangSize-1, gangSize, early)
+		}
+		s.addGangPod(gangSize-1, "gang", scheduler, fromTemplate("two-gpus"), nodes)
+		s.waitForGangScheduled()
+	},
+}, {
+	// The group claim is allocated on one node; the members are deleted and
+	// come back allowed only on the other. The claim stays reserved for the
+	// PodGroup, so only upstream's PodGroupPostFilter (DRAScope keeps it)
+	// can free it: it deallocates the claim, and the next cycle allocates
+	// it where the members may run.
+	name: "group-claim-moves",
+	want: gangOutcome{placed: gangSize, claims: 1, devices: 2, nodes: 1},
+	run: func(s *scenario, scheduler string) {
+		nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
+		s.addGPUsTemplate("gang-gpus", 2)
+		s.addPodGroup("gang", gangSize, schedulingapi.PodGroupResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("gang-gpus")})
+		s.addGangPods("gang", scheduler, fromTemplate("gang-gpus"), nodes)
+		first := s.waitForGangScheduled()[0].Spec.NodeName
+		other := nodes[0]
+		if other == first {
+			other = nodes[1]
+		}
+		for i := range gangSize {
+			s.deletePodNow(gangPodName(i))
+		}
+		s.addGangPods("gang", scheduler, fromTemplate("gang-gpus"), []string{other})
+		for _, pod := range s.waitForGangScheduled() {
+			if pod.Spec.NodeName != other {
+				s.t.Errorf("pod %s is on %s, want %s", pod.Name, pod.Spec.NodeName, other)
+			}
+		}
+	},
+}}
+
+func TestGangsMatchUpstream(t *testing.T) {
+	startUpstreamScheduler(t)
+	for _, c := range gangCases {
+		t.Run(c.name, func(t *testing.T) {
+			outcomes := map[string]*gangOutcome{}
+			var both sync.WaitGroup
+			for _, scheduler := range []string{upstreamSchedulerName, schedulerName} {
+				outcome := &gangOutcome{}
+				outcomes[scheduler] = outcome
+				both.Add(1)
+				go func() {
+					defer both.Done()
+					t.Run(scheduler, func(t *testing.T) {
+						s := newScenario(t, nil)
+						c.run(s, scheduler)
+						*outcome = s.gangOutcome()
+						if *outcome != c.want {
+							t.Errorf("%s left %s; want %s", scheduler, outcome, c.want)
+						}
+					})
+				}()
+			}
+			both.Wait()
+			if upstream, drascope := *outcomes[upstreamSchedulerName], *outcomes[schedulerName]; upstream != drascope {
+				t.Errorf("upstream left %s, drascope-scheduler %s", upstream, drascope)
+			}
+		})
+	}
+}
+
+// addGPUsTemplate creates a claim template asking for count GPUs.
+func (s *scenario) addGPUsTemplate(name string, count int64) {
+	s.t.Helper()
+	spec := gpuClaimSpec(false)
+	spec.Devices.Requests[0].Exactly.AllocationMode = resourceapi.DeviceAllocationModeExactCount
+	spec.Devices.Requests[0].Exactly.Count = count
+	if _, err := env.client.ResourceV1().ResourceClaimTemplates(s.namespace).Create(s.ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: spec},
+	}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating ResourceClaimTemplate %s/%s: %v", s.namespace, name, err)
+	}
+}
+
+// addPodGroup creates a PodGroup with a gang policy of minCount pods and
+// the given claims for the whole group. Its protection finalizer (added by
+// the apiserver's admission; no controller removes it here) is taken off
+// when the test ends, so that it can go.
+func (s *scenario) addPodGroup(name string, minCount int32, claims ...schedulingapi.PodGroupResourceClaim) {
+	s.t.Helper()
+	if _, err := env.client.SchedulingV1beta1().PodGroups(s.namespace).Create(s.ctx, &schedulingapi.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: schedulingapi.PodGroupSpec{
+			SchedulingPolicy: schedulingapi.PodGroupSchedulingPolicy{Gang: &schedulingapi.GangSchedulingPolicy{MinCount: minCount}},
+			ResourceClaims:   claims,
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating PodGroup %s/%s: %v", s.namespace, name, err)
+	}
+	s.t.Cleanup(func() { s.deletePodGroup(name) })
+}
+
+func (s *scenario) deletePodGroup(name string) {
+	ctx := context.Background()
+	groups := env.client.SchedulingV1beta1().PodGroups(s.namespace)
+	patch := []byte(`{"metadata":{"finalizers":null}}`)
+	if _, err := groups.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !isNotFound(err) {
+		s.t.Errorf("removing the finalizers of PodGroup %s/%s: %v", s.namespace, name, err)
+	}
+	if err := groups.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !isNotFound(err) {
+		s.t.Errorf("deleting PodGroup %s/%s: %v", s.namespace, name, err)
+	}
+}
+
+func (s *scenario) getPodGroup(name string) *schedulingapi.PodGroup {
+	s.t.Helper()
+	group, err := env.client.SchedulingV1beta1().PodGroups(s.namespace).Get(s.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatalf("getting PodGroup %s/%s: %v", s.namespace, name, err)
+	}
+	return group
+}
+
+// gangPodName names the members gang-0 … gang-3.
+func gangPodName(i int) string { return fmt.Sprintf("gang-%d", i) }
+
+// addGangPods creates gangSize members of the PodGroup, each with a claim
+// entry from source, on the scenario's nodes only (the other scheduler's
+// run has nodes of its own at the same time).
+func (s *scenario) addGangPods(group, scheduler string, source podClaimSource, nodes []string) {
+	s.t.Helper()
+	for i := range gangSize {
+		s.addGangPod(i, group, scheduler, source, nodes)
+	}
+}
+
+// addGangPod creates member i of the PodGroup.
+func (s *scenario) addGangPod(i int, group, scheduler string, source podClaimSource, nodes []string) {
+	s.t.Helper()
+	s.addPodWith(gangPodName(i), scheduler, source, onNodes(nodes), func(pod *v1.Pod) {
+		pod.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To(group)}
+	})
+}
+
+// deletePodNow deletes a pod with no grace period (there is no kubelet)
+// and waits until it is gone.
+func (s *scenario) deletePodNow(name string) {
+	s.t.Helper()
+	pods := env.client.CoreV1().Pods(s.namespace)
+	if err := pods.Delete(s.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		s.t.Fatalf("deleting pod %s/%s: %v", s.namespace, name, err)
+	}
+	err := wait.PollUntilContextTimeout(s.ctx, 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		_, err := pods.Get(ctx, name, metav1.GetOptions{})
+		return isNotFound(err), nil
+	})
+	if err != nil {
+		s.t.Fatalf("pod %s/%s was not deleted: %v", s.namespace, name, err)
+	}
+}
+
+// waitForGangScheduled waits until every member is bound, and returns them.
+func (s *scenario) waitForGangScheduled() []*v1.Pod {
+	s.t.Helper()
+	var pods []*v1.Pod
+	for i := range gangSize {
+		pods = append(pods, s.waitForPodScheduled(gangPodName(i)))
+	}
+	return pods
+}
+
+// waitForGangUnschedulable waits until the scheduler has tried the gang
+// and marked every member unschedulable.
+func (s *scenario) waitForGangUnschedulable() {
+	s.t.Helper()
+	for i := range gangSize {
+		s.waitForPodUnschedulable(gangPodName(i))
+	}
+}
+
+// gangOutcome counts what the gang holds: pods whose name is a member's,
+// and claims owned by a member or by a PodGroup.
+func (s *scenario) gangOutcome() gangOutcome {
+	s.t.Helper()
+	var outcome gangOutcome
+	nodes := map[string]bool{}
+	pods, err := env.client.CoreV1().Pods(s.namespace).List(s.ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, pod := range pods.Items {
+		if strings.HasPrefix(pod.Name, "gang-") && pod.Spec.NodeName != "" {
+			outcome.placed++
+			nodes[pod.Spec.NodeName] = true
+		}
+	}
+	outcome.nodes = len(nodes)
+	claims, err := env.client.ResourceV1().ResourceClaims(s.namespace).List(s.ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, claim := range claims.Items {
+		if !ownedByGang(claim.OwnerReferences) || claim.Status.Allocation == nil {
+			continue
+		}
+		outcome.claims++
+		outcome.devices += len(claim.Status.Allocation.Devices.Results)
+	}
+	return outcome
+}
+
+func ownedByGang(owners []metav1.OwnerReference) bool {
+	for _, owner := range owners {
+		if owner.Kind == "PodGroup" || (owner.Kind == "Pod" && strings.HasPrefix(owner.Name, "gang-")) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameConsumers(got, want []resourceapi.ResourceClaimConsumerReference) bool {
+	key := func(refs []resourceapi.ResourceClaimConsumerReference) string {
+		var keys []string
+		for _, r := range refs {
+			keys = append(keys, fmt.Sprintf("%s/%s/%s/%s", r.APIGroup, r.Resource, r.Name, r.UID))
+		}
+		sort.Strings(keys)
+		return strings.Join(keys, ",")
+	}
+	return key(got) == key(want)
+}
