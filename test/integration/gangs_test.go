@@ -210,12 +210,17 @@ func (s *scenario) addGPUsTemplate(name string, count int64) {
 // when the test ends, so that it can go.
 func (s *scenario) addPodGroup(name string, minCount int32, claims ...schedulingapi.PodGroupResourceClaim) {
 	s.t.Helper()
+	s.addPodGroupSpec(name, schedulingapi.PodGroupSpec{
+		SchedulingPolicy: schedulingapi.PodGroupSchedulingPolicy{Gang: &schedulingapi.GangSchedulingPolicy{MinCount: minCount}},
+		ResourceClaims:   claims,
+	})
+}
+
+func (s *scenario) addPodGroupSpec(name string, spec schedulingapi.PodGroupSpec) {
+	s.t.Helper()
 	if _, err := env.client.SchedulingV1beta1().PodGroups(s.namespace).Create(s.ctx, &schedulingapi.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: schedulingapi.PodGroupSpec{
-			SchedulingPolicy: schedulingapi.PodGroupSchedulingPolicy{Gang: &schedulingapi.GangSchedulingPolicy{MinCount: minCount}},
-			ResourceClaims:   claims,
-		},
+		Spec:       spec,
 	}, metav1.CreateOptions{}); err != nil {
 		s.t.Fatalf("creating PodGroup %s/%s: %v", s.namespace, name, err)
 	}
@@ -257,11 +262,11 @@ func (s *scenario) addGangPods(group, scheduler string, source podClaimSource, n
 }
 
 // addGangPod creates member i of the PodGroup.
-func (s *scenario) addGangPod(i int, group, scheduler string, source podClaimSource, nodes []string) {
+func (s *scenario) addGangPod(i int, group, scheduler string, source podClaimSource, nodes []string, changes ...func(*v1.Pod)) {
 	s.t.Helper()
-	s.addPodWith(gangPodName(i), scheduler, source, onNodes(nodes), func(pod *v1.Pod) {
+	s.addPodWith(gangPodName(i), scheduler, source, append([]func(*v1.Pod){onNodes(nodes), func(pod *v1.Pod) {
 		pod.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To(group)}
-	})
+	}}, changes...)...)
 }
 
 // deletePodNow deletes a pod with no grace period (there is no kubelet)
@@ -350,4 +355,73 @@ func sameConsumers(got, want []resourceapi.ResourceClaimConsumerReference) bool 
 		return strings.Join(keys, ",")
 	}
 	return key(got) == key(want)
+}
+
+// kubernetes/kubernetes#140097's reproducer of #138765: one GPU offered
+// whole or as two halves on a shared counter, and a gang of two whose
+// claims each prefer the whole GPU and take a half when they must. One by
+// one, the first member takes the whole GPU and the second finds nothing,
+// so upstream leaves the gang pending; DRAScope chooses for both at once
+// and places them on the halves.
+func TestGangBacktrackingPlacesWhatUpstreamCannot(t *testing.T) {
+	startUpstreamScheduler(t)
+	want := map[string]gangOutcome{
+		upstreamSchedulerName: {},
+		schedulerName:         {placed: 2, claims: 2, devices: 2, nodes: 1},
+	}
+	var both sync.WaitGroup
+	for _, scheduler := range []string{upstreamSchedulerName, schedulerName} {
+		both.Add(1)
+		go func() {
+			defer both.Done()
+			t.Run(scheduler, func(t *testing.T) {
+				s := newScenario(t, nil)
+				node := s.addNode("n0", 0)
+				s.addPartitionablePool("gpu", &node)
+				s.addWholeOrHalfTemplate("whole-or-half")
+				s.addPodGroup("gang", 2)
+				for i := range 2 {
+					s.addGangPod(i, "gang", scheduler, fromTemplate("whole-or-half"), []string{node})
+				}
+				if scheduler == upstreamSchedulerName {
+					s.waitForPodUnschedulable(gangPodName(0))
+					s.waitForPodUnschedulable(gangPodName(1))
+				} else {
+					halves := map[string]bool{}
+					for i := range 2 {
+						pod := s.waitForPodScheduled(gangPodName(i))
+						halves[s.allocatedDevice(s.podClaim(pod)).Device] = true
+					}
+					if !halves["half-a"] || !halves["half-b"] {
+						t.Errorf("the members got %v, want half-a and half-b", halves)
+					}
+				}
+				if got := s.gangOutcome(); got != want[scheduler] {
+					t.Errorf("%s left %s; want %s", scheduler, got, want[scheduler])
+				}
+			})
+		}()
+	}
+	both.Wait()
+}
+
+// addWholeOrHalfTemplate creates a claim template whose one request
+// prefers the whole partitionable GPU and falls back to a half.
+func (s *scenario) addWholeOrHalfTemplate(name string) {
+	s.t.Helper()
+	sub := func(name, expression string) resourceapi.DeviceSubRequest {
+		return resourceapi.DeviceSubRequest{Name: name, DeviceClassName: deviceClassName,
+			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expression}}}}
+	}
+	partition := fmt.Sprintf("device.attributes[%q].?partition.orValue(\"\")", driverName)
+	spec := resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+		sub("whole", partition+` == "whole"`), sub("half", partition+`.startsWith("half")`),
+	}}}}}
+	if _, err := env.client.ResourceV1().ResourceClaimTemplates(s.namespace).Create(s.ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: spec},
+	}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatalf("creating ResourceClaimTemplate %s/%s: %v", s.namespace, name, err)
+	}
 }

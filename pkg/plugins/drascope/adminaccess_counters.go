@@ -50,18 +50,20 @@ type countersIgnored struct{ atomic.Bool }
 
 // ResourceSlices is what upstream's PreFilter lists slices through.
 func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
-	return slicesWithoutCounters{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, capture: &m.capture, bestFit: m.bestFit}
+	return slicesWithoutCounters{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, capture: &m.capture, bestFit: m.bestFit, steering: &m.steering}
 }
 
 // slicesWithoutCounters lists the scheduler's slices and, while ignore is
 // set, hands them out with every device consuming zero of each counter;
-// with bestFit, each slice's devices in BestFit order (devicechoice.go). It
+// with bestFit, each slice's devices in BestFit order (devicechoice.go);
+// while steering, only the free devices a gang plan allows (gangs.go). It
 // hands what it handed out to the cycle's capture.
 type slicesWithoutCounters struct {
 	fwk.ResourceSliceLister
-	ignore  *countersIgnored
-	capture *cycleCapture
-	bestFit *bestFit
+	ignore   *countersIgnored
+	capture  *cycleCapture
+	bestFit  *bestFit
+	steering *steering
 }
 
 func (l slicesWithoutCounters) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
@@ -69,6 +71,11 @@ func (l slicesWithoutCounters) ListWithDeviceTaintRules() ([]*resourceapi.Resour
 	if err == nil && l.bestFit != nil {
 		// Before the counters go: the order reads what devices consume.
 		slices = l.bestFit.order(slices, l.capture)
+	}
+	if err == nil && l.steering != nil {
+		if allowed := l.steering.allowed.Load(); allowed != nil {
+			slices = onlyPlanned(slices, *allowed, l.capture.inUse.Load())
+		}
 	}
 	if err == nil && l.ignore.Load() {
 		slices = withZeroCounterConsumption(slices)

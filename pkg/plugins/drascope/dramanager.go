@@ -86,6 +86,9 @@ type draManager struct {
 	// bestFit orders the listed slices (deviceChoice: BestFit); nil keeps
 	// the driver's order.
 	bestFit *bestFit
+	// steering limits the listed slices to a planned gang member's
+	// devices (gangs.go).
+	steering steering
 }
 
 // newDRAManager decorates the scheduler's shared DRA manager for one
@@ -127,6 +130,8 @@ type claimTracker struct {
 type pendingAllocations struct {
 	mu      sync.Mutex
 	byClaim map[types.UID]*resourceapi.AllocationResult
+	// writing are those PreBind may have written (claimwrites.go).
+	writing sets.Set[types.UID]
 }
 
 // inFlight returns the allocations this profile signalled that upstream's
@@ -237,17 +242,24 @@ func (t *claimTracker) SignalClaimPendingAllocation(uid types.UID, allocated *re
 }
 
 // MaybeRemoveClaimPendingAllocation without forceRemove is Unreserve's:
-// the allocation may or may not have been written, so its devices are held
-// (releasehold.go). PreBind's, after a successful write, forces.
+// after PreBind began, the allocation may or may not have been written, so
+// its devices are held (releasehold.go). PreBind's, after a successful
+// write, forces.
 func (t *claimTracker) MaybeRemoveClaimPendingAllocation(uid types.UID, forceRemove bool) bool {
 	pending := t.ResourceClaimTracker.GetPendingAllocation(uid)
 	deleted := t.ResourceClaimTracker.MaybeRemoveClaimPendingAllocation(uid, forceRemove)
+	written := false
 	if deleted {
 		t.pending.mu.Lock()
 		delete(t.pending.byClaim, uid)
+		written = t.pending.writing.Has(uid)
+		t.pending.writing.Delete(uid)
 		t.pending.mu.Unlock()
 	}
-	if deleted && !forceRemove && pending != nil {
+	// Only PreBind writes allocations: one dropped before PreBind began
+	// (a scheduling cycle undone, as a failed gang's is) cannot be in the
+	// API, and holding it would keep its devices from the gang's retry.
+	if deleted && !forceRemove && pending != nil && written {
 		t.holds.Released(uid, pending)
 	}
 	if deleted && t.observer != nil {

@@ -86,6 +86,9 @@ type DRAScope struct {
 	nodeAllocatableResources bool
 	// handle is the scheduler's, for the cycle's node snapshot.
 	handle fwk.Handle
+	// gangPlans steer gang members to devices chosen for all of them at
+	// once (gangs.go).
+	gangPlans gangPlans
 }
 
 var (
@@ -249,9 +252,20 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	if pl.manager != nil && pl.manager.bestFit != nil {
 		pl.manager.bestFit.active.Store(true)
 	}
+	// A gang member planned by PodGroupPostFilter (gangs.go) gets its
+	// planned devices from upstream's allocator, on its planned node.
+	plan, stopSteering := pl.steerFor(pod)
 	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
+	stopSteering()
 	if pl.manager != nil && pl.manager.bestFit != nil {
 		pl.manager.bestFit.active.Store(false)
+	}
+	var attempt *gangAttempt
+	if pl.manager != nil && pod.Spec.SchedulingGroup != nil {
+		attempt = gangAttemptOf(state)
+		if plan != nil {
+			attempt.markSteered()
+		}
 	}
 	if !status.IsSuccess() || !pl.enabled {
 		return result, status
@@ -262,14 +276,19 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	if result.AllNodes() && gathered {
 		view := pl.takeCycleView(pod, claims)
 		w := pl.newWhatIf(view, claims)
+		attempt.record(pod, w)
 		if w != nil {
 			state.Write(whatIfStateKey, w)
 			if node := pl.nominatedNodeAwaitingVictims(ctx, pod, nodes, w); node != "" {
 				klog.FromContext(ctx).V(4).Info("Staying on the nominated node while its victims' devices are released", "pod", klog.KObj(pod), "node", node)
-				return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
+				result = &fwk.PreFilterResult{NodeNames: sets.New(node)}
+				return keepToPlan(result, plan), nil
 			}
 		}
-		return pl.pruneNodes(ctx, pod, nodes, claims, view)
+		result, status = pl.pruneNodes(ctx, pod, nodes, claims, view)
+	}
+	if status.IsSuccess() {
+		result = keepToPlan(result, plan)
 	}
 	return result, status
 }

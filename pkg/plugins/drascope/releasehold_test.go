@@ -53,7 +53,8 @@ func (t *viewTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], 
 // drops an in-flight allocation whose write may have reached the API (an
 // apiserver restart reset the connection), its device stays in use until
 // the scheduler's view of the claim moves on or the API shows the write
-// never happened; an allocation PreBind wrote is not held.
+// never happened; an allocation PreBind wrote, or one PreBind never began
+// to write, is not held.
 func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 	device := structured.MakeDeviceID("gpu.example.com", "node-1", "gpu-0")
 	allocation := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
@@ -80,6 +81,7 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 
 	t.Run("held until the informer delivers the claim", func(t *testing.T) {
 		view, claims := setUp(apiDown)
+		claims.(*claimTracker).startWriting([]types.UID{claim.UID})
 		claims.MaybeRemoveClaimPendingAllocation(claim.UID, false)
 		claims.AssumedClaimRestore(claim.Namespace, claim.Name)
 		if !inUse(t, claims) {
@@ -96,6 +98,7 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 	})
 	t.Run("released once the API shows the write never happened", func(t *testing.T) {
 		_, claims := setUp(func(context.Context, string, string) (string, error) { return "1", nil })
+		claims.(*claimTracker).startWriting([]types.UID{claim.UID})
 		claims.MaybeRemoveClaimPendingAllocation(claim.UID, false)
 		claims.AssumedClaimRestore(claim.Namespace, claim.Name)
 		err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
@@ -115,10 +118,22 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 		inner := &innerManager2{claims: view}
 		failed := newDRAManager(inner, nil, nil, holds).ResourceClaims()
 		other := newDRAManager(inner, nil, nil, holds).ResourceClaims()
+		failed.(*claimTracker).startWriting([]types.UID{claim.UID})
 		failed.MaybeRemoveClaimPendingAllocation(claim.UID, false)
 		failed.AssumedClaimRestore(claim.Namespace, claim.Name)
 		if !inUse(t, other) {
 			t.Fatal("a device held after one profile's failed write is free in another profile")
+		}
+	})
+	// A scheduling cycle undone (a gang that did not fit) never reached
+	// PreBind: nothing was written, and the gang's retry must find the
+	// devices free.
+	t.Run("not held when PreBind never began", func(t *testing.T) {
+		_, claims := setUp(apiDown)
+		claims.MaybeRemoveClaimPendingAllocation(claim.UID, false)
+		claims.AssumedClaimRestore(claim.Namespace, claim.Name)
+		if inUse(t, claims) {
+			t.Error("an allocation no PreBind wrote was held")
 		}
 	})
 	t.Run("not held after a successful write", func(t *testing.T) {

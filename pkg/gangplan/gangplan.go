@@ -1,0 +1,139 @@
+// Package gangplan finds nodes and devices for every member of a gang at
+// once.
+//
+// Upstream's scheduler places a gang's members one after another, and its
+// allocator picks each member's devices without looking ahead: a member's
+// first choice can leave a later member nothing, although other choices
+// would place them all (kubernetes/kubernetes#138765). The allocator itself
+// backtracks, but only within one call: asked for several claims together,
+// it tries other devices for an earlier claim when a later one does not
+// fit. Plan asks it for several members' claims together, node by node, so
+// that the members sharing a node get devices that fit all of them.
+//
+// The search is greedy across nodes: each node takes as many of the
+// members still unplaced as fit on it together, in the members' order. It
+// finds a plan whenever the members can share nodes in that order, which
+// covers gangs of identical members; it can miss a plan that needs a
+// particular split of unlike members across nodes.
+package gangplan
+
+import (
+	"context"
+	"errors"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/drascope/drascope/pkg/dryrun"
+)
+
+// Member is a pod of the gang and the claims it still needs allocated.
+type Member struct {
+	Pod    *v1.Pod
+	Claims []*resourceapi.ResourceClaim
+}
+
+// Placement is where a member goes: its node, and the devices its claims
+// get there.
+type Placement struct {
+	Node    string
+	Devices sets.Set[structured.DeviceID]
+}
+
+// ErrBudget says the search ran out of allocator runs before it placed
+// every member.
+var ErrBudget = errors.New("gang plan: allocator budget used up")
+
+// Plan returns a placement for every member, by pod UID, or nil when the
+// members do not all fit on nodes in this cycle. budget bounds the
+// allocator runs (each node needs about log2 of the members unplaced);
+// when it runs out, Plan returns ErrBudget. Nodes a member's required node
+// affinity excludes are not tried for it; everything else a node must
+// offer besides devices is left to the scheduler's own filters.
+func Plan(ctx context.Context, cycle *dryrun.Cycle, nodes []*v1.Node, members []Member, budget int) (map[types.UID]Placement, error) {
+	placements := make(map[types.UID]Placement, len(members))
+	remaining := members
+	for _, node := range nodes {
+		if len(remaining) == 0 {
+			break
+		}
+		eligible, rest := splitEligible(remaining, node)
+		if len(eligible) == 0 {
+			continue
+		}
+		n := cycle.Node(node)
+		// Whether a prefix of the members fits is monotone in its length:
+		// find the longest that fits by bisection.
+		fits, best := 0, [][]resourceapi.AllocationResult(nil)
+		lo, hi := 1, len(eligible)
+		for lo <= hi {
+			if budget <= 0 {
+				return nil, ErrBudget
+			}
+			budget--
+			k := (lo + hi) / 2
+			results, err := n.Allocate(ctx, claimsOf(eligible[:k]))
+			if err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode) {
+				return nil, err
+			}
+			if results == nil {
+				hi = k - 1
+				continue
+			}
+			fits, best, lo = k, split(results, eligible[:k]), k+1
+		}
+		for i, member := range eligible[:fits] {
+			placements[member.Pod.UID] = Placement{Node: node.Name, Devices: devicesOf(best[i])}
+		}
+		remaining = append(rest, eligible[fits:]...)
+	}
+	if len(remaining) > 0 {
+		return nil, nil
+	}
+	return placements, nil
+}
+
+// splitEligible separates the members whose required node affinity the
+// node meets, in order, from the others.
+func splitEligible(members []Member, node *v1.Node) (eligible, rest []Member) {
+	for _, m := range members {
+		if ok, err := nodeaffinity.GetRequiredNodeAffinity(m.Pod).Match(node); err == nil && ok {
+			eligible = append(eligible, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	return eligible, rest
+}
+
+func claimsOf(members []Member) []*resourceapi.ResourceClaim {
+	var claims []*resourceapi.ResourceClaim
+	for _, m := range members {
+		claims = append(claims, m.Claims...)
+	}
+	return claims
+}
+
+// split hands each member the results of its own claims, which the
+// allocator returns in the order of the claims it was given.
+func split(results []resourceapi.AllocationResult, members []Member) [][]resourceapi.AllocationResult {
+	out := make([][]resourceapi.AllocationResult, len(members))
+	for i, m := range members {
+		out[i], results = results[:len(m.Claims)], results[len(m.Claims):]
+	}
+	return out
+}
+
+func devicesOf(results []resourceapi.AllocationResult) sets.Set[structured.DeviceID] {
+	devices := sets.New[structured.DeviceID]()
+	for _, result := range results {
+		for _, device := range result.Devices.Results {
+			devices.Insert(structured.MakeDeviceID(device.Driver, device.Pool, device.Device))
+		}
+	}
+	return devices
+}

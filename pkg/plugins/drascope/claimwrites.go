@@ -1,0 +1,71 @@
+package drascope
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// A release hold (pkg/releasehold) is for an allocation whose write may
+// have reached the API although the scheduler saw it fail. Upstream writes
+// allocations in PreBind only, and Unreserve looks the same to the claim
+// tracker whether it undoes a scheduling cycle (nothing written) or a
+// failed PreBind. So Reserve notes which in-flight allocations the pod
+// signalled, PreBind marks them as being written before upstream's PreBind
+// runs, and only a marked allocation is held when Unreserve drops it.
+
+const signalledKey fwk.StateKey = Name + "/signalled"
+
+// signalled are the claim UIDs whose allocations a pod's Reserve put in
+// flight.
+type signalled struct{ uids []types.UID }
+
+func (s signalled) Clone() fwk.StateData { return s }
+
+// Reserve runs upstream's and notes the allocations it put in flight.
+func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if pl.manager == nil {
+		return pl.DynamicResources.Reserve(ctx, state, pod, nodeName)
+	}
+	before := pl.manager.claims.pendingUIDs()
+	status := pl.DynamicResources.Reserve(ctx, state, pod, nodeName)
+	if added := pl.manager.claims.pendingUIDs().Difference(before); added.Len() > 0 {
+		state.Write(signalledKey, signalled{uids: added.UnsortedList()})
+	}
+	return status
+}
+
+// PreBind marks the pod's in-flight allocations as being written, then
+// runs upstream's, which writes them.
+func (pl *DRAScope) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if s, ok := fromCycle[signalled](state, signalledKey); ok && pl.manager != nil {
+		pl.manager.claims.startWriting(s.uids)
+	}
+	return pl.DynamicResources.PreBind(ctx, state, pod, nodeName)
+}
+
+// pendingUIDs are the UIDs of this profile's in-flight allocations.
+func (t *claimTracker) pendingUIDs() sets.Set[types.UID] {
+	t.pending.mu.Lock()
+	defer t.pending.mu.Unlock()
+	uids := sets.New[types.UID]()
+	for uid := range t.pending.byClaim {
+		uids.Insert(uid)
+	}
+	return uids
+}
+
+// startWriting marks in-flight allocations as possibly written from now on.
+func (t *claimTracker) startWriting(uids []types.UID) {
+	t.pending.mu.Lock()
+	defer t.pending.mu.Unlock()
+	if t.pending.writing == nil {
+		t.pending.writing = sets.New[types.UID]()
+	}
+	// Unmarked when the allocation leaves the in-flight set, which every
+	// signalled one does (PreBind's forced removal, or Unreserve).
+	t.pending.writing.Insert(uids...)
+}
