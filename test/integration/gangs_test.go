@@ -254,10 +254,10 @@ func gangPodName(i int) string { return fmt.Sprintf("gang-%d", i) }
 // addGangPods creates gangSize members of the PodGroup, each with a claim
 // entry from source, on the scenario's nodes only (the other scheduler's
 // run has nodes of its own at the same time).
-func (s *scenario) addGangPods(group, scheduler string, source podClaimSource, nodes []string) {
+func (s *scenario) addGangPods(group, scheduler string, source podClaimSource, nodes []string, changes ...func(*v1.Pod)) {
 	s.t.Helper()
 	for i := range gangSize {
-		s.addGangPod(i, group, scheduler, source, nodes)
+		s.addGangPod(i, group, scheduler, source, nodes, changes...)
 	}
 }
 
@@ -424,4 +424,105 @@ func (s *scenario) addWholeOrHalfTemplate(name string) {
 	}, metav1.CreateOptions{}); err != nil {
 		s.t.Fatalf("creating ResourceClaimTemplate %s/%s: %v", s.namespace, name, err)
 	}
+}
+
+// Packing (scoring.strategy MostAllocated in the shipped config) places a
+// gang's members on as few nodes as possible: the first member's devices,
+// in flight in the same pod-group cycle, make its node the fullest for the
+// second. Upstream's default scoring spreads them or not, by chance.
+func TestGangPacksOntoFewestNodes(t *testing.T) {
+	s := newScenario(t, nil)
+	nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4), s.addNode("n2", 4)}
+	s.addGPUsTemplate("two-gpus", 2)
+	s.addPodGroup("gang", 2)
+	for i := range 2 {
+		s.addGangPod(i, "gang", schedulerName, fromTemplate("two-gpus"), nodes)
+	}
+	for i := range 2 {
+		s.waitForPodScheduled(gangPodName(i))
+	}
+	if got := s.gangOutcome(); got.nodes != 1 {
+		t.Errorf("a gang of 2 × 2 GPUs on nodes of 4 landed on %d nodes (%s); want 1", got.nodes, got)
+	}
+}
+
+// A gang of higher priority on a cluster full of lower-priority pods: the
+// gang places whole, having evicted what it needed, or evicts nobody (an
+// eviction that leaves the gang pending kills work for nothing). Today
+// neither upstream nor DRAScope preempts for a gang's devices
+// (docs/gangs.md, "Limits"): the test holds both to all or nothing and to
+// the same outcome.
+func TestGangPreemptionIsAllOrNothing(t *testing.T) {
+	startUpstreamScheduler(t)
+	outcomes := map[string]*gangOutcome{}
+	evicted := map[string]*[]string{}
+	var both sync.WaitGroup
+	for _, scheduler := range []string{upstreamSchedulerName, schedulerName} {
+		outcome, victims := &gangOutcome{}, &[]string{}
+		outcomes[scheduler], evicted[scheduler] = outcome, victims
+		both.Add(1)
+		go func() {
+			defer both.Done()
+			t.Run(scheduler, func(t *testing.T) {
+				s := newScenario(t, nil)
+				preempted := s.playKubelet()
+				class := s.priorityClasses()
+				nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
+				s.addGPUsTemplate("one-gpu", 1)
+				s.addGPUsTemplate("two-gpus", 2)
+				for i := range 8 {
+					s.addPodWith(fmt.Sprintf("low-%d", i), scheduler, fromTemplate("one-gpu"), onNodes(nodes), withPriorityClass(class(10, false)))
+				}
+				for i := range 8 {
+					s.waitForPodScheduled(fmt.Sprintf("low-%d", i))
+				}
+				high := class(100, false)
+				s.addPodGroupSpec("gang", schedulingapi.PodGroupSpec{
+					SchedulingPolicy:  schedulingapi.PodGroupSchedulingPolicy{Gang: &schedulingapi.GangSchedulingPolicy{MinCount: gangSize}},
+					PriorityClassName: high,
+				})
+				s.addGangPods("gang", scheduler, fromTemplate("two-gpus"), nodes, withPriorityClass(high))
+				s.waitForGangSettled()
+				*outcome, *victims = s.gangOutcome(), preempted.list()
+				if outcome.placed != gangSize && len(*victims) > 0 {
+					t.Errorf("%s evicted %v and left the gang with %s", scheduler, *victims, outcome)
+				}
+			})
+		}()
+	}
+	both.Wait()
+	if up, ds := *outcomes[upstreamSchedulerName], *outcomes[schedulerName]; up != ds || len(*evicted[upstreamSchedulerName]) != len(*evicted[schedulerName]) {
+		t.Errorf("upstream evicted %v and left %s; drascope-scheduler evicted %v and left %s",
+			*evicted[upstreamSchedulerName], up, *evicted[schedulerName], ds)
+	}
+}
+
+// waitForGangSettled waits until every member is bound, or every member
+// was refused and a retry had time to follow (the backoff of a first
+// refusal is one second): whatever the first attempt's
+// PodGroupPostFilter did, preemption included, has had its effect then.
+func (s *scenario) waitForGangSettled() {
+	s.t.Helper()
+	refused := func() bool {
+		for i := range gangSize {
+			pod := s.getPod(gangPodName(i))
+			if c := scheduledCondition(pod); pod.Spec.NodeName != "" || c == nil || c.Reason != v1.PodReasonUnschedulable {
+				return false
+			}
+		}
+		return true
+	}
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		if s.gangOutcome().placed == gangSize {
+			return true, nil
+		}
+		return refused(), nil
+	})
+	if err != nil {
+		s.t.Fatalf("the gang neither placed nor was refused: %v", err)
+	}
+	if s.gangOutcome().placed == gangSize {
+		return
+	}
+	time.Sleep(5 * time.Second)
 }
