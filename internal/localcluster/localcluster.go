@@ -53,6 +53,16 @@ type Options struct {
 	RuntimeConfig []string
 }
 
+// WorkloadGates turn on upstream's workload-aware scheduling (the PodGroup
+// API, gang scheduling) and ResourceClaims for a whole PodGroup, both beta
+// and off by default in 1.37; WorkloadAPI serves the PodGroup API version,
+// also off by default. Pass both in Options, and the gates to every
+// scheduler too (FeatureGateArgs).
+var (
+	WorkloadGates = map[string]bool{"GenericWorkload": true, "DRAWorkloadResourceClaims": true}
+	WorkloadAPI   = "scheduling.k8s.io/v1beta1=true"
+)
+
 // ControlPlane is a running etcd and kube-apiserver, and whatever else was
 // started through it.
 type ControlPlane struct {
@@ -355,6 +365,12 @@ func (cp *ControlPlane) StartControllerManager(ctx context.Context, controllers 
 	}
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: insecureTLS()}}
 	return WaitForURL(ctx, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure, "kube-controller-manager", cp.LogPath("kube-controller-manager"))
+}
+
+// FeatureGateArgs are the control plane's --feature-gates, for a
+// component started beside it (a scheduler) to run with the same gates.
+func (cp *ControlPlane) FeatureGateArgs() []string {
+	return slices.Clone(cp.featureGates)
 }
 
 // featureGateFlags renders gates as one --feature-gates flag, sorted so

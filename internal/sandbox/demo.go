@@ -57,6 +57,7 @@ func (d *demo) run(ctx context.Context) error {
 		{"The fabric pool runs dry; the shipped alert rules, over the scheduler's metrics, say so", d.alerts},
 		{"An urgent inference pod preempts a training pod on a full node and takes its GPU", d.preempt},
 		{"Two half-GPU pods share one partitionable GPU, so a pod that needs a whole one still fits", d.deviceChoice},
+		{"A gang of three places whole, with devices chosen for all its members at once", d.gang},
 	}
 	for i, step := range steps {
 		fmt.Fprintf(d.out, "\n=== Step %d of %d: %s\n", i+1, len(steps), step.title)

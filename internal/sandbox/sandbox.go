@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/drascope/drascope/internal/localcluster"
@@ -72,7 +73,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	say("Starting etcd and kube-apiserver (k8s.io/kubernetes v1.37.1) on 127.0.0.1 ...")
-	cp, err := localcluster.Start(ctx, localcluster.Options{BinDir: opts.BinDir, APIServerPort: opts.Port, AdminToken: adminToken})
+	// Workload-aware scheduling (gangs, step 9) is beta and off by default
+	// in 1.37: the sandbox turns it on in every component.
+	cp, err := localcluster.Start(ctx, localcluster.Options{
+		BinDir: opts.BinDir, APIServerPort: opts.Port, AdminToken: adminToken,
+		FeatureGates: localcluster.WorkloadGates, RuntimeConfig: []string{localcluster.WorkloadAPI},
+	})
 	if err != nil {
 		return err
 	}
@@ -90,7 +96,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(cp.Admin)
+	// The PodGroup API's deprecation warning (v1beta1 goes in 1.43) would
+	// interleave with the demo's transcript; kubectl still shows it.
+	quiet := rest.CopyConfig(cp.Admin)
+	quiet.WarningHandler = rest.NoWarnings{}
+	client, err := kubernetes.NewForConfig(quiet)
 	if err != nil {
 		return err
 	}
@@ -162,8 +172,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 }
 
-// startScheduler runs bin/drascope-scheduler with the shipped config; only
-// the kubeconfig is added (a Deployment uses its in-cluster config). It
+// startScheduler runs bin/drascope-scheduler with the shipped config and
+// the control plane's feature gates; only the kubeconfig is added (a
+// Deployment uses its in-cluster config). It
 // returns the port of its /metrics.
 func startScheduler(ctx context.Context, cp *localcluster.ControlPlane, kubeconfig string) (port int, err error) {
 	shipped, err := manifests.Files.ReadFile("scheduler/config.yaml")
@@ -179,11 +190,12 @@ func startScheduler(ctx context.Context, cp *localcluster.ControlPlane, kubeconf
 	if err != nil {
 		return 0, err
 	}
-	p, err := cp.Run("drascope-scheduler", "drascope-scheduler",
-		"--config="+config,
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(cp.Dir, "drascope-scheduler-certs"),
-		"--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
+	p, err := cp.Run("drascope-scheduler", "drascope-scheduler", append([]string{
+		"--config=" + config,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(cp.Dir, "drascope-scheduler-certs"),
+		"--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
+	}, cp.FeatureGateArgs()...)...,
 	)
 	if err != nil {
 		return 0, err

@@ -39,10 +39,9 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 	for _, f := range opts.Flags.FlagSets {
 		fs.AddFlagSet(f)
 	}
-	if err := fs.Parse([]string{
+	if err := fs.Parse(append([]string{
 		"--config=" + env.schedulerConfig,
 		"--leader-elect=false",
-		workloadGatesFlag(),
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + filepath.Join(env.cp.Dir, "scheduler-certs"),
@@ -51,7 +50,7 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 		// extension-apiserver-authentication rules of the shipped RBAC.
 		"--authentication-kubeconfig=" + env.schedulerKubeconfig,
 		"--authorization-kubeconfig=" + env.schedulerKubeconfig,
-	}); err != nil {
+	}, env.cp.FeatureGateArgs()...)); err != nil {
 		return nil, err
 	}
 	if err := opts.ComponentGlobalsRegistry.Set(); err != nil {

@@ -68,7 +68,7 @@ profiles:
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSchedulerBinary(t, "upstream-scheduler", config, "--leader-elect=false", workloadGatesFlag())
+	runSchedulerBinary(t, "upstream-scheduler", config, append([]string{"--leader-elect=false"}, env.cp.FeatureGateArgs()...)...)
 }
 
 type cpuCaseResult struct {

@@ -21,7 +21,7 @@ func TestSandboxDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("drascope-sandbox --exit-after-demo: %v", err)
 	}
-	for _, want := range []string{"persisted the report as a DeviceTaintRule", "drascope.dev/unhealthy   NoSchedule", "--- Step 5: OK", "both halves are on", "--- Step 8: OK", "The demo passed every step."} {
+	for _, want := range []string{"persisted the report as a DeviceTaintRule", "drascope.dev/unhealthy   NoSchedule", "--- Step 5: OK", "both halves are on", "--- Step 8: OK", "all three run: one whole GPU", "--- Step 9: OK", "The demo passed every step."} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the output lacks %q", want)
 		}
