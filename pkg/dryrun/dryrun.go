@@ -268,6 +268,10 @@ func (n *Node) each(allocation *resourceapi.AllocationResult, dedicated func(str
 	})
 }
 
+// HasDevices reports whether the node reaches any slice: a node that does
+// not can hold no claim's devices.
+func (n *Node) HasDevices() bool { return len(n.slices) > 0 }
+
 // ReachesNetworkPools reports whether a pool not tied to one node (all
 // nodes, a node selector, per-device node selection) offers the node a
 // device: one that pods on other nodes may hold.

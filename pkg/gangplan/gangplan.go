@@ -14,7 +14,9 @@
 // members still unplaced as fit on it together, in the members' order. It
 // finds a plan whenever the members can share nodes in that order, which
 // covers gangs of identical members; it can miss a plan that needs a
-// particular split of unlike members across nodes.
+// particular split of unlike members across nodes. Devices of pools that
+// are not tied to one node, planned for a member on one node, are in use
+// for the members planned on later nodes.
 package gangplan
 
 import (
@@ -25,8 +27,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 
 	"github.com/drascope/drascope/pkg/dryrun"
 )
@@ -48,15 +52,26 @@ type Placement struct {
 // every member.
 var ErrBudget = errors.New("gang plan: allocator budget used up")
 
-// Plan returns a placement for every member, by pod UID, or nil when the
-// members do not all fit on nodes in this cycle. budget bounds the
-// allocator runs (each node needs about log2 of the members unplaced);
-// when it runs out, Plan returns ErrBudget. Nodes a member's required node
-// affinity excludes are not tried for it; everything else a node must
-// offer besides devices is left to the scheduler's own filters.
+// Plan returns a placement for every member with claims, by pod UID, or
+// nil when the members do not all fit on nodes in this cycle. Members
+// without claims need no devices and get no placement. budget bounds the
+// allocator runs (each node that reaches devices needs about log2 of the
+// members unplaced); when it runs out, Plan returns ErrBudget. A node is
+// tried for a member only if it is schedulable, its NoSchedule and
+// NoExecute taints are tolerated and its labels meet the member's required
+// node affinity; everything else a node must offer besides devices is left
+// to the scheduler's own filters.
 func Plan(ctx context.Context, cycle *dryrun.Cycle, nodes []*v1.Node, members []Member, budget int) (map[types.UID]Placement, error) {
 	placements := make(map[types.UID]Placement, len(members))
-	remaining := members
+	var remaining []Member
+	for _, m := range members {
+		if len(m.Claims) > 0 {
+			remaining = append(remaining, m)
+		}
+	}
+	// What earlier nodes got: a network pool's devices among them are
+	// taken on every later node.
+	var planned []resourceapi.AllocationResult
 	for _, node := range nodes {
 		if len(remaining) == 0 {
 			break
@@ -66,6 +81,12 @@ func Plan(ctx context.Context, cycle *dryrun.Cycle, nodes []*v1.Node, members []
 			continue
 		}
 		n := cycle.Node(node)
+		if !n.HasDevices() {
+			continue
+		}
+		for i := range planned {
+			n.Take(&planned[i])
+		}
 		// Whether a prefix of the members fits is monotone in its length:
 		// find the longest that fits by bisection.
 		fits, best := 0, [][]resourceapi.AllocationResult(nil)
@@ -88,6 +109,7 @@ func Plan(ctx context.Context, cycle *dryrun.Cycle, nodes []*v1.Node, members []
 		}
 		for i, member := range eligible[:fits] {
 			placements[member.Pod.UID] = Placement{Node: node.Name, Devices: devicesOf(best[i])}
+			planned = append(planned, best[i]...)
 		}
 		remaining = append(rest, eligible[fits:]...)
 	}
@@ -97,17 +119,34 @@ func Plan(ctx context.Context, cycle *dryrun.Cycle, nodes []*v1.Node, members []
 	return placements, nil
 }
 
-// splitEligible separates the members whose required node affinity the
-// node meets, in order, from the others.
+// splitEligible separates the members the node may take, in order, from
+// the others.
 func splitEligible(members []Member, node *v1.Node) (eligible, rest []Member) {
 	for _, m := range members {
-		if ok, err := nodeaffinity.GetRequiredNodeAffinity(m.Pod).Match(node); err == nil && ok {
+		if mayRunOn(m.Pod, node) {
 			eligible = append(eligible, m)
 		} else {
 			rest = append(rest, m)
 		}
 	}
 	return eligible, rest
+}
+
+// mayRunOn checks what upstream's NodeUnschedulable, TaintToleration and
+// NodeAffinity filters check of a node's spec and labels, with upstream's
+// helpers.
+func mayRunOn(pod *v1.Pod, node *v1.Node) bool {
+	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(klog.Background(), pod.Spec.Tolerations, &v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}, false) {
+		return false
+	}
+	hard := func(t *v1.Taint) bool {
+		return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
+	}
+	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations, hard, false); untolerated {
+		return false
+	}
+	ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)
+	return err == nil && ok
 }
 
 func claimsOf(members []Member) []*resourceapi.ResourceClaim {

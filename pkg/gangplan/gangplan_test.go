@@ -206,3 +206,67 @@ func TestPlanStopsWhenTheBudgetIsUsedUp(t *testing.T) {
 		t.Errorf("with budget 4: %v, %v", plan, err)
 	}
 }
+
+// Nodes that reach no device cost no allocator run: a gang behind 100 of
+// them is planned on a budget of 4.
+func TestPlanSpendsNothingOnNodesWithoutDevices(t *testing.T) {
+	ctx := context.Background()
+	var nodes []*v1.Node
+	for i := range 100 {
+		nodes = append(nodes, node(fmt.Sprintf("cpu-%d", i)))
+	}
+	nodes = append(nodes, node("gpu-node"))
+	members := []gangplan.Member{member("m0", gpus("c0", 1)), member("m1", gpus("c1", 1)), member("launcher")}
+	plan, err := gangplan.Plan(ctx, cycleOver(sets.New[structured.DeviceID](), gpusOf("gpu-node", 2)), nodes, members, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlan(t, plan, members[:2], func(_, node string) bool { return node == "gpu-node" })
+	if _, ok := plan["launcher"]; ok {
+		t.Error("a member without claims got a placement")
+	}
+}
+
+// A pool every node reaches: its devices planned for members on one node
+// are not free again on the next.
+func TestPlanCountsNetworkDevicesOnceAcrossNodes(t *testing.T) {
+	ctx := context.Background()
+	fabric := gpusOf("fabric", 2)
+	fabric.Spec.NodeName, fabric.Spec.AllNodes = nil, ptr.To(true)
+	nodes := []*v1.Node{node("node-0"), node("node-1")}
+	var members []gangplan.Member
+	for i := range 3 {
+		members = append(members, member(fmt.Sprintf("m%d", i), gpus(fmt.Sprintf("c%d", i), 1)))
+	}
+	if plan, err := gangplan.Plan(ctx, cycleOver(sets.New[structured.DeviceID](), fabric), nodes, members, 32); err != nil || plan != nil {
+		t.Errorf("three members of one device, two network devices: got %v, %v; want no plan", plan, err)
+	}
+	plan, err := gangplan.Plan(ctx, cycleOver(sets.New[structured.DeviceID](), fabric), nodes, members[:2], 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlan(t, plan, members[:2], func(string, string) bool { return true })
+}
+
+// A node the member may not run on (NoSchedule taint it does not
+// tolerate, cordoned) is not planned for it.
+func TestPlanLeavesOutNodesTheMemberMayNotRunOn(t *testing.T) {
+	ctx := context.Background()
+	tainted, cordoned := node("tainted"), node("cordoned")
+	tainted.Spec.Taints = []v1.Taint{{Key: "dedicated", Value: "other", Effect: v1.TaintEffectNoSchedule}}
+	cordoned.Spec.Unschedulable = true
+	nodes := []*v1.Node{tainted, cordoned, node("open")}
+	slices := []*resourceapi.ResourceSlice{gpusOf("tainted", 2), gpusOf("cordoned", 2), gpusOf("open", 2)}
+	members := []gangplan.Member{member("m0", gpus("c0", 2))}
+	plan, err := gangplan.Plan(ctx, cycleOver(sets.New[structured.DeviceID](), slices...), nodes, members, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlan(t, plan, members, func(_, node string) bool { return node == "open" })
+	members[0].Pod.Spec.Tolerations = []v1.Toleration{{Key: "dedicated", Operator: v1.TolerationOpExists}}
+	plan, err = gangplan.Plan(ctx, cycleOver(sets.New[structured.DeviceID](), slices...), nodes, members, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlan(t, plan, members, func(_, node string) bool { return node == "tainted" })
+}

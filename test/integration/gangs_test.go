@@ -14,6 +14,7 @@ import (
 	schedulingapi "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 )
@@ -357,17 +358,19 @@ func sameConsumers(got, want []resourceapi.ResourceClaimConsumerReference) bool 
 	return key(got) == key(want)
 }
 
-// kubernetes/kubernetes#140097's reproducer of #138765: one GPU offered
-// whole or as two halves on a shared counter, and a gang of two whose
-// claims each prefer the whole GPU and take a half when they must. One by
-// one, the first member takes the whole GPU and the second finds nothing,
-// so upstream leaves the gang pending; DRAScope chooses for both at once
-// and places them on the halves.
+// kubernetes/kubernetes#140097's reproducer of #138765, at the size of a
+// gang of four: a node with two GPUs, each offered whole or as two halves
+// on a shared counter, and four members whose claims each prefer a whole
+// GPU and take a half when they must. One by one, the first two members
+// take both GPUs whole and the third finds nothing; upstream then stops
+// (the fourth cannot make minCount) and leaves the gang pending. DRAScope
+// chooses for all four at once, the fourth included although the failed
+// cycle never reached it, and places them on the four halves.
 func TestGangBacktrackingPlacesWhatUpstreamCannot(t *testing.T) {
 	startUpstreamScheduler(t)
 	want := map[string]gangOutcome{
 		upstreamSchedulerName: {},
-		schedulerName:         {placed: 2, claims: 2, devices: 2, nodes: 1},
+		schedulerName:         {placed: gangSize, claims: gangSize, devices: gangSize, nodes: 1},
 	}
 	var both sync.WaitGroup
 	for _, scheduler := range []string{upstreamSchedulerName, schedulerName} {
@@ -377,23 +380,21 @@ func TestGangBacktrackingPlacesWhatUpstreamCannot(t *testing.T) {
 			t.Run(scheduler, func(t *testing.T) {
 				s := newScenario(t, nil)
 				node := s.addNode("n0", 0)
-				s.addPartitionablePool("gpu", &node)
+				s.addPartitionablePool("gpu-0", &node)
+				s.addPartitionablePool("gpu-1", &node)
 				s.addWholeOrHalfTemplate("whole-or-half")
-				s.addPodGroup("gang", 2)
-				for i := range 2 {
-					s.addGangPod(i, "gang", scheduler, fromTemplate("whole-or-half"), []string{node})
-				}
+				s.addPodGroup("gang", gangSize)
+				s.addGangPods("gang", scheduler, fromTemplate("whole-or-half"), []string{node})
 				if scheduler == upstreamSchedulerName {
-					s.waitForPodUnschedulable(gangPodName(0))
-					s.waitForPodUnschedulable(gangPodName(1))
+					s.waitForGangUnschedulable()
 				} else {
-					halves := map[string]bool{}
-					for i := range 2 {
-						pod := s.waitForPodScheduled(gangPodName(i))
-						halves[s.allocatedDevice(s.podClaim(pod)).Device] = true
+					halves := sets.New[string]()
+					for _, pod := range s.waitForGangScheduled() {
+						result := s.allocatedDevice(s.podClaim(pod))
+						halves.Insert(result.Pool + "/" + result.Device)
 					}
-					if !halves["half-a"] || !halves["half-b"] {
-						t.Errorf("the members got %v, want half-a and half-b", halves)
+					if halves.Len() != gangSize || halves.Has(s.namespace+"-gpu-0/whole") || halves.Has(s.namespace+"-gpu-1/whole") {
+						t.Errorf("the members got %v, want the four halves", sets.List(halves))
 					}
 				}
 				if got := s.gangOutcome(); got != want[scheduler] {

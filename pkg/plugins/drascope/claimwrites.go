@@ -13,14 +13,18 @@ import (
 // have reached the API although the scheduler saw it fail. Upstream writes
 // allocations in PreBind only, and Unreserve looks the same to the claim
 // tracker whether it undoes a scheduling cycle (nothing written) or a
-// failed PreBind. So Reserve notes which in-flight allocations the pod
-// signalled, PreBind marks them as being written before upstream's PreBind
-// runs, and only a marked allocation is held when Unreserve drops it.
+// failed PreBind. So Reserve notes the in-flight allocations the pod uses
+// (those it signalled, and those of its claims another pod of its group
+// put in flight: either pod's PreBind may write them), PreBind marks them
+// as being written before upstream's PreBind runs, and only a marked
+// allocation is held when Unreserve drops it. A mark ends with its
+// allocation: when it leaves the in-flight set, or a new allocation of the
+// same claim enters it.
 
 const signalledKey fwk.StateKey = Name + "/signalled"
 
-// signalled are the claim UIDs whose allocations a pod's Reserve put in
-// flight.
+// signalled are the claim UIDs of the in-flight allocations a pod uses
+// after Reserve.
 type signalled struct{ uids []types.UID }
 
 func (s signalled) Clone() fwk.StateData { return s }
@@ -32,8 +36,17 @@ func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.P
 	}
 	before := pl.manager.claims.pendingUIDs()
 	status := pl.DynamicResources.Reserve(ctx, state, pod, nodeName)
-	if added := pl.manager.claims.pendingUIDs().Difference(before); added.Len() > 0 {
-		state.Write(signalledKey, signalled{uids: added.UnsortedList()})
+	after := pl.manager.claims.pendingUIDs()
+	// New ones (an extended-resource claim's is under a temporary UID),
+	// and the pod's own claims already in flight for its group.
+	uses := after.Difference(before)
+	for _, claim := range pl.claimsIn(state, pod).toAllocate {
+		if after.Has(claim.UID) {
+			uses.Insert(claim.UID)
+		}
+	}
+	if uses.Len() > 0 {
+		state.Write(signalledKey, signalled{uids: uses.UnsortedList()})
 	}
 	return status
 }
@@ -44,6 +57,8 @@ func (pl *DRAScope) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.P
 	if s, ok := fromCycle[signalled](state, signalledKey); ok && pl.manager != nil {
 		pl.manager.claims.startWriting(s.uids)
 	}
+	// A gang member that got this far needs its plan no more.
+	pl.gangPlans.forget([]*v1.Pod{pod})
 	return pl.DynamicResources.PreBind(ctx, state, pod, nodeName)
 }
 
@@ -65,7 +80,9 @@ func (t *claimTracker) startWriting(uids []types.UID) {
 	if t.pending.writing == nil {
 		t.pending.writing = sets.New[types.UID]()
 	}
-	// Unmarked when the allocation leaves the in-flight set, which every
-	// signalled one does (PreBind's forced removal, or Unreserve).
-	t.pending.writing.Insert(uids...)
+	for _, uid := range uids {
+		if _, inFlight := t.pending.byClaim[uid]; inFlight {
+			t.pending.writing.Insert(uid)
+		}
+	}
 }

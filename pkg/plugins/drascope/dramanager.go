@@ -226,6 +226,11 @@ func (t *claimTracker) SignalClaimPendingAllocation(uid types.UID, allocated *re
 	if t.pending.byClaim == nil {
 		t.pending.byClaim = map[types.UID]*resourceapi.AllocationResult{}
 	}
+	if _, known := t.pending.byClaim[uid]; !known {
+		// A new allocation: nothing of it was written yet, whatever an
+		// earlier allocation of the same claim went through.
+		t.pending.writing.Delete(uid)
+	}
 	t.pending.byClaim[uid] = recorded
 	t.pending.mu.Unlock()
 	if t.observer == nil {

@@ -13,24 +13,26 @@ package drascope
 //     from (the dry-run cycle preemption uses) and the member's claims in
 //     the pod-group cycle state (recordGangMember).
 //  2. PodGroupPostFilter runs upstream's first (it frees PodGroup claims
-//     no member can use). Then, if every member recorded itself with
-//     only claims to allocate, it plans. A plan is kept per member, and
-//     the framework's pgSchedulingFunc, which runs the whole group cycle
-//     again, checks that the members now place; only then does
-//     PodGroupPostFilter report success (so that preemption is not
-//     tried) and activate the members.
+//     no member can use). Then, if no member has a claim allocated, in
+//     flight or shared, it plans (members the cycle never reached gather
+//     their claims now). A plan is kept per member, and the framework's
+//     pgSchedulingFunc, which runs the whole group cycle again, checks
+//     that the members now place; only then does PodGroupPostFilter
+//     report success (so that preemption is not tried).
 //  3. In the next cycles, a planned member's PreFilter hands upstream's
 //     allocator the slices with every free device not planned for it left
 //     out (devices in use stay, so that their counters still count), and
 //     keeps the member to its planned node.
 //
-// A plan lasts planTTL. A cycle in which a steered member fails ends it:
+// A plan lasts planTTL, or until its member reaches PreBind. A cycle in
+// which a steered member fails ends it:
 // the PodGroupPostFilter of that cycle forgets the plans and does not plan
 // again from a steered view; the cycle after it plans afresh.
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,8 +50,9 @@ import (
 )
 
 const (
-	// planTTL is how long a gang plan steers its members: the retry it
-	// asks for comes within a second unless the queue is long.
+	// planTTL is how long a gang plan steers its members: longer than the
+	// scheduler's longest backoff by default (podMaxBackoffSeconds, 10s),
+	// after which the group's next cycle comes.
 	planTTL = time.Minute
 	// planBudget bounds the allocator runs of one plan, so that an
 	// infeasible gang on a large cluster costs a bounded time per cycle.
@@ -256,12 +259,7 @@ func (pl *DRAScope) PodGroupPostFilter(ctx context.Context, state fwk.PodGroupCy
 	}
 	attempt.mu.Lock()
 	steered, cycle := attempt.steered, attempt.cycle
-	var members []gangplan.Member
-	for _, pod := range pods {
-		if m, ok := attempt.members[pod.UID]; ok {
-			members = append(members, m)
-		}
-	}
+	recorded := maps.Clone(attempt.members)
 	attempt.mu.Unlock()
 	if steered {
 		// The plan did not hold (the cluster changed): forget it, and plan
@@ -270,9 +268,10 @@ func (pl *DRAScope) PodGroupPostFilter(ctx context.Context, state fwk.PodGroupCy
 		logger.V(3).Info("Gang plan did not place the members; planning again next cycle", "podGroup", klog.KRef(pgInfo.GetNamespace(), pgInfo.GetName()))
 		return result, status
 	}
-	if cycle == nil || len(members) != len(pods) {
-		// A member has claims allocated already, or shares one with the
-		// group, or failed before its allocator was built.
+	members, ok := pl.gangMembers(pods, recorded)
+	if cycle == nil || !ok {
+		// A member has claims allocated already, or shares one with
+		// another member or the group.
 		return result, status
 	}
 	nodeInfos, err := pl.handle.SnapshotSharedLister().NodeInfos().List()
@@ -294,14 +293,40 @@ func (pl *DRAScope) PodGroupPostFilter(ctx context.Context, state fwk.PodGroupCy
 		logger.V(4).Info("Devices found for every gang member at once, but the members do not place there", "podGroup", klog.KRef(pgInfo.GetNamespace(), pgInfo.GetName()), "verdict", verdict.Message())
 		return result, status
 	}
+	// Success keeps DefaultPreemption from evicting anyone for a gang that
+	// fits as it is; the group goes back to the queue and its next cycle,
+	// after the group's backoff, follows the plan.
 	logger.V(2).Info("Gang placed by choosing devices for every member at once", "podGroup", klog.KRef(pgInfo.GetNamespace(), pgInfo.GetName()), "members", len(members))
-	toActivate := make(map[string]*v1.Pod, len(pods))
-	for _, pod := range pods {
-		toActivate[pod.Namespace+"/"+pod.Name] = pod
-	}
-	pl.handle.Activate(logger, toActivate)
 	// Upstream reads the result's nominations on success: never nil.
 	return &fwk.PodGroupPostFilterResult{}, fwk.NewStatus(fwk.Success, fmt.Sprintf("%s chose devices for all %d members together; retrying the gang with them", Name, len(members)))
+}
+
+// gangMembers returns every member with the claims it needs allocated:
+// those its PreFilter recorded and, for members the cycle never reached
+// (upstream stops trying members once the gang cannot reach minCount), the
+// claims gathered now. ok is false when a member has a claim allocated or
+// in flight, one shared with another member, or one it cannot resolve:
+// those are upstream's to place.
+func (pl *DRAScope) gangMembers(pods []*v1.Pod, recorded map[types.UID]gangplan.Member) (members []gangplan.Member, ok bool) {
+	seen := sets.New[types.UID]()
+	for _, pod := range pods {
+		m, found := recorded[pod.UID]
+		if !found {
+			claims := pl.claimsOf(pod)
+			if claims.unknown > 0 || claims.allocated > 0 || requestsExtendedResources(pod) || !pl.claimsUnchanged(claims) {
+				return nil, false
+			}
+			m = gangplan.Member{Pod: pod, Claims: claims.toAllocate}
+		}
+		for _, claim := range m.Claims {
+			if seen.Has(claim.UID) {
+				return nil, false
+			}
+			seen.Insert(claim.UID)
+		}
+		members = append(members, m)
+	}
+	return members, true
 }
 
 func attemptIn(state fwk.PodGroupCycleState) *gangAttempt {

@@ -45,6 +45,9 @@ func (t *viewTracker) MaybeRemoveClaimPendingAllocation(types.UID, bool) bool {
 	return removed
 }
 func (t *viewTracker) AssumedClaimRestore(string, string) {}
+func (t *viewTracker) SignalClaimPendingAllocation(types.UID, *resourceapi.ResourceClaim) error {
+	return nil
+}
 func (t *viewTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
 	return sets.New[structured.DeviceID](), nil
 }
@@ -78,10 +81,21 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 		return set.Has(device)
 	}
 	apiDown := func(context.Context, string, string) (string, error) { return "", fmt.Errorf("connection refused") }
+	// prebind puts the allocation in flight through the decorator and
+	// marks it as being written, as Reserve and PreBind do.
+	prebind := func(t *testing.T, claims fwk.ResourceClaimTracker) {
+		t.Helper()
+		allocated := claim.DeepCopy()
+		allocated.Status.Allocation = allocation
+		if err := claims.SignalClaimPendingAllocation(claim.UID, allocated); err != nil {
+			t.Fatal(err)
+		}
+		claims.(*claimTracker).startWriting([]types.UID{claim.UID})
+	}
 
 	t.Run("held until the informer delivers the claim", func(t *testing.T) {
 		view, claims := setUp(apiDown)
-		claims.(*claimTracker).startWriting([]types.UID{claim.UID})
+		prebind(t, claims)
 		claims.MaybeRemoveClaimPendingAllocation(claim.UID, false)
 		claims.AssumedClaimRestore(claim.Namespace, claim.Name)
 		if !inUse(t, claims) {
@@ -98,7 +112,7 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 	})
 	t.Run("released once the API shows the write never happened", func(t *testing.T) {
 		_, claims := setUp(func(context.Context, string, string) (string, error) { return "1", nil })
-		claims.(*claimTracker).startWriting([]types.UID{claim.UID})
+		prebind(t, claims)
 		claims.MaybeRemoveClaimPendingAllocation(claim.UID, false)
 		claims.AssumedClaimRestore(claim.Namespace, claim.Name)
 		err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
@@ -118,7 +132,7 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 		inner := &innerManager2{claims: view}
 		failed := newDRAManager(inner, nil, nil, holds).ResourceClaims()
 		other := newDRAManager(inner, nil, nil, holds).ResourceClaims()
-		failed.(*claimTracker).startWriting([]types.UID{claim.UID})
+		prebind(t, failed)
 		failed.MaybeRemoveClaimPendingAllocation(claim.UID, false)
 		failed.AssumedClaimRestore(claim.Namespace, claim.Name)
 		if !inUse(t, other) {
