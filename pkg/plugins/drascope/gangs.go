@@ -9,9 +9,9 @@ package drascope
 // together, node by node (pkg/gangplan), and, when that places every
 // member, steers the members to what it found:
 //
-//  1. Each member's PreFilter leaves what upstream built its allocator
-//     from (the dry-run cycle preemption uses) and the member's claims in
-//     the pod-group cycle state (recordGangMember).
+//  1. Each member's PreFilter leaves its claims in the pod-group cycle
+//     state, and the first also what upstream built its allocator from
+//     (the dry-run cycle preemption uses): gangAttempt.record.
 //  2. PodGroupPostFilter runs upstream's first (it frees PodGroup claims
 //     no member can use). Then, if no member has a claim allocated, in
 //     flight or shared, it plans (members the cycle never reached gather
@@ -25,9 +25,9 @@ package drascope
 //     keeps the member to its planned node.
 //
 // A plan lasts planTTL, or until its member reaches PreBind. A cycle in
-// which a steered member fails ends it:
-// the PodGroupPostFilter of that cycle forgets the plans and does not plan
-// again from a steered view; the cycle after it plans afresh.
+// which a steered member fails ends it: the PodGroupPostFilter of that
+// cycle forgets the plans and does not plan again from a steered view; the
+// cycle after it plans afresh.
 
 import (
 	"context"
