@@ -97,6 +97,14 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"answer"})
 
+	// GangPlans: what DRAScope's planning did for a gang whose pod-group
+	// cycle failed (plugins/drascope/gangs.go).
+	GangPlans = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "drascope_gang_plans_total",
+		Help:           "Failed pod-group cycles for which DRAScope looked for devices for every gang member at once, by result: Placed (the gang placed with the plan in a check run, and is retried with it), NoPlan (the members do not all fit at once), NotPlaced (a plan, but the gang did not place with it: something besides devices stops it), Budget (the search used up its allocator runs), Abandoned (a planned gang failed again because the cluster changed; planned afresh in its next failed cycle).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	devicesDesc = metrics.NewDesc("drascope_resourcepool_devices",
 		"Devices of a pool by state (Available, Allocated, PartiallyAllocated, Unavailable), as the scheduler sees them. PartiallyAllocated devices are counted under Allocated too.",
 		[]string{"driver", "pool", "node", "state"}, nil, metrics.ALPHA, "")
@@ -173,7 +181,7 @@ func Export(source Source) (stop func()) {
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, FirstPublishDelay, Writes, DueWrites, RecomputeDuration, ConflictChecks,
-			NodePruning, IgnoredReports, RuleWrites)
+			NodePruning, GangPlans, IgnoredReports, RuleWrites)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
 }
@@ -202,6 +210,11 @@ func ObserveConflictCheck(result string, n int) {
 // ObservePruning is a nodeprune.IndexOptions.Observe function.
 func ObservePruning(answer nodeprune.Outcome) {
 	NodePruning.WithLabelValues(string(answer)).Inc()
+}
+
+// ObserveGangPlan counts a result of DRAScope's gang planning.
+func ObserveGangPlan(result string) {
+	GangPlans.WithLabelValues(result).Inc()
 }
 
 // ObserveSync is a poolpublisher.Options.Observe function.

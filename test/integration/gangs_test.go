@@ -367,6 +367,10 @@ func sameConsumers(got, want []resourceapi.ResourceClaimConsumerReference) bool 
 // chooses for all four at once, the fourth included although the failed
 // cycle never reached it, and places them on the four halves.
 func TestGangBacktrackingPlacesWhatUpstreamCannot(t *testing.T) {
+	planned := func() float64 {
+		return max(0, scrapeGauge(t, "drascope_gang_plans_total", map[string]string{"result": "Placed"}))
+	}
+	before := planned()
 	startUpstreamScheduler(t)
 	want := map[string]gangOutcome{
 		upstreamSchedulerName: {},
@@ -404,6 +408,9 @@ func TestGangBacktrackingPlacesWhatUpstreamCannot(t *testing.T) {
 		}()
 	}
 	both.Wait()
+	if after := planned(); after <= before {
+		t.Errorf("drascope_gang_plans_total{result=\"Placed\"} stayed at %v: no plan was counted", after)
+	}
 }
 
 // addWholeOrHalfTemplate creates a claim template whose one request

@@ -31,6 +31,7 @@ package drascope
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -47,6 +48,7 @@ import (
 
 	"github.com/drascope/drascope/pkg/dryrun"
 	"github.com/drascope/drascope/pkg/gangplan"
+	"github.com/drascope/drascope/pkg/metrics"
 )
 
 const (
@@ -54,9 +56,19 @@ const (
 	// scheduler's longest backoff by default (podMaxBackoffSeconds, 10s),
 	// after which the group's next cycle comes.
 	planTTL = time.Minute
-	// planBudget bounds the allocator runs of one plan, so that an
+	// allocatorRuns bounds the allocator runs of one plan, so that an
 	// infeasible gang on a large cluster costs a bounded time per cycle.
-	planBudget = 256
+	allocatorRuns = 256
+)
+
+// The results of a gang's planning, as drascope_gang_plans_total counts
+// them.
+const (
+	planPlaced    = "Placed"
+	planNone      = "NoPlan"
+	planNotPlaced = "NotPlaced"
+	planBudget    = "Budget"
+	planAbandoned = "Abandoned"
 )
 
 const gangAttemptKey fwk.StateKey = Name + "/gang-attempt"
@@ -265,6 +277,7 @@ func (pl *DRAScope) PodGroupPostFilter(ctx context.Context, state fwk.PodGroupCy
 		// The plan did not hold (the cluster changed): forget it, and plan
 		// in the next cycle from the whole cluster's view.
 		pl.gangPlans.forget(pods)
+		metrics.ObserveGangPlan(planAbandoned)
 		logger.V(3).Info("Gang plan did not place the members; planning again next cycle", "podGroup", klog.KRef(pgInfo.GetNamespace(), pgInfo.GetName()))
 		return result, status
 	}
@@ -282,20 +295,27 @@ func (pl *DRAScope) PodGroupPostFilter(ctx context.Context, state fwk.PodGroupCy
 	for _, n := range nodeInfos {
 		nodes = append(nodes, n.Node())
 	}
-	placements, err := gangplan.Plan(ctx, cycle, nodes, members, planBudget)
+	placements, err := gangplan.Plan(ctx, cycle, nodes, members, allocatorRuns)
 	if err != nil || placements == nil {
+		outcome := planNone
+		if errors.Is(err, gangplan.ErrBudget) {
+			outcome = planBudget
+		}
+		metrics.ObserveGangPlan(outcome)
 		logger.V(4).Info("No devices for every gang member at once", "podGroup", klog.KRef(pgInfo.GetNamespace(), pgInfo.GetName()), "err", err)
 		return result, status
 	}
 	pl.gangPlans.set(placements)
 	if _, verdict := schedule(ctx); !verdict.IsSuccess() {
 		pl.gangPlans.forget(pods)
+		metrics.ObserveGangPlan(planNotPlaced)
 		logger.V(4).Info("Devices found for every gang member at once, but the members do not place there", "podGroup", klog.KRef(pgInfo.GetNamespace(), pgInfo.GetName()), "verdict", verdict.Message())
 		return result, status
 	}
 	// Success keeps DefaultPreemption from evicting anyone for a gang that
 	// fits as it is; the group goes back to the queue and its next cycle,
 	// after the group's backoff, follows the plan.
+	metrics.ObserveGangPlan(planPlaced)
 	logger.V(2).Info("Gang placed by choosing devices for every member at once", "podGroup", klog.KRef(pgInfo.GetNamespace(), pgInfo.GetName()), "members", len(members))
 	// Upstream reads the result's nominations on success: never nil.
 	return &fwk.PodGroupPostFilterResult{}, fwk.NewStatus(fwk.Success, fmt.Sprintf("%s chose devices for all %d members together; retrying the gang with them", Name, len(members)))
