@@ -492,6 +492,7 @@ func TestGangPreemptionIsAllOrNothing(t *testing.T) {
 				s.addGangPods("gang", scheduler, fromTemplate("two-gpus"), nodes, withPriorityClass(high))
 				s.waitForGangSettled()
 				*outcome, *victims = s.gangOutcome(), preempted.list()
+				t.Logf("%s: %s; gang-%d %s", scheduler, outcome, gangSize-1, describeScheduling(s.getPod(gangPodName(gangSize-1))))
 				if outcome.placed != gangSize && len(*victims) > 0 {
 					t.Errorf("%s evicted %v and left the gang with %s", scheduler, *victims, outcome)
 				}
