@@ -31,7 +31,8 @@ func (s signalled) Clone() fwk.StateData { return s }
 
 // Reserve runs upstream's and notes the allocations it put in flight.
 func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	if pl.manager == nil {
+	if pl.manager == nil || (len(pod.Spec.ResourceClaims) == 0 && !requestsExtendedResources(pod)) {
+		// Nothing of the pod can be in flight: most pods of a cluster.
 		return pl.DynamicResources.Reserve(ctx, state, pod, nodeName)
 	}
 	before := pl.manager.claims.pendingUIDs()
