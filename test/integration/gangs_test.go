@@ -62,7 +62,7 @@ var gangCases = []gangCase{{
 	want: gangOutcome{placed: gangSize, claims: gangSize, devices: 2 * gangSize, nodes: 2},
 	run: func(s *scenario, scheduler string) {
 		nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
-		s.addGPUsTemplate("two-gpus", 2)
+		s.addClaimTemplateForCount("two-gpus", 2)
 		s.addPodGroup("gang", gangSize)
 		s.addGangPods("gang", scheduler, fromTemplate("two-gpus"), nodes)
 		s.waitForGangScheduled()
@@ -75,9 +75,9 @@ var gangCases = []gangCase{{
 	want: gangOutcome{},
 	run: func(s *scenario, scheduler string) {
 		nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
-		s.addGPUsTemplate("one-gpu", 1)
-		s.addGPUsTemplate("four-gpus", 4)
-		s.addGPUsTemplate("two-gpus", 2)
+		s.addClaimTemplateForCount("one-gpu", 1)
+		s.addClaimTemplateForCount("four-gpus", 4)
+		s.addClaimTemplateForCount("two-gpus", 2)
 		s.addPodWith("filler", scheduler, fromTemplate("one-gpu"), onNodes(nodes))
 		s.waitForPodScheduled("filler")
 		s.addPodGroup("gang", gangSize)
@@ -93,10 +93,7 @@ var gangCases = []gangCase{{
 	name: "group-claim",
 	want: gangOutcome{placed: gangSize, claims: 1, devices: 2, nodes: 1},
 	run: func(s *scenario, scheduler string) {
-		nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
-		s.addGPUsTemplate("gang-gpus", 2)
-		s.addPodGroup("gang", gangSize, schedulingapi.PodGroupResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("gang-gpus")})
-		s.addGangPods("gang", scheduler, fromTemplate("gang-gpus"), nodes)
+		s.addGroupClaimGang(scheduler)
 		pods := s.waitForGangScheduled()
 		group := s.getPodGroup("gang")
 		for _, pod := range pods {
@@ -117,7 +114,7 @@ var gangCases = []gangCase{{
 	want: gangOutcome{placed: gangSize, claims: gangSize, devices: 2 * gangSize, nodes: 2},
 	run: func(s *scenario, scheduler string) {
 		nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
-		s.addGPUsTemplate("two-gpus", 2)
+		s.addClaimTemplateForCount("two-gpus", 2)
 		s.addPodGroup("gang", gangSize)
 		for i := range gangSize - 1 {
 			s.addGangPod(i, "gang", scheduler, fromTemplate("two-gpus"), nodes)
@@ -140,10 +137,7 @@ var gangCases = []gangCase{{
 	name: "group-claim-moves",
 	want: gangOutcome{placed: gangSize, claims: 1, devices: 2, nodes: 1},
 	run: func(s *scenario, scheduler string) {
-		nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
-		s.addGPUsTemplate("gang-gpus", 2)
-		s.addPodGroup("gang", gangSize, schedulingapi.PodGroupResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("gang-gpus")})
-		s.addGangPods("gang", scheduler, fromTemplate("gang-gpus"), nodes)
+		nodes := s.addGroupClaimGang(scheduler)
 		first := s.waitForGangScheduled()[0].Spec.NodeName
 		other := nodes[0]
 		if other == first {
@@ -191,18 +185,15 @@ func TestGangsMatchUpstream(t *testing.T) {
 	}
 }
 
-// addGPUsTemplate creates a claim template asking for count GPUs.
-func (s *scenario) addGPUsTemplate(name string, count int64) {
+// addGroupClaimGang creates two nodes of 4 GPUs and a gang whose members
+// share one claim of 2 GPUs, made for the PodGroup from its template.
+func (s *scenario) addGroupClaimGang(scheduler string) (nodes []string) {
 	s.t.Helper()
-	spec := gpuClaimSpec(false)
-	spec.Devices.Requests[0].Exactly.AllocationMode = resourceapi.DeviceAllocationModeExactCount
-	spec.Devices.Requests[0].Exactly.Count = count
-	if _, err := env.client.ResourceV1().ResourceClaimTemplates(s.namespace).Create(s.ctx, &resourceapi.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: spec},
-	}, metav1.CreateOptions{}); err != nil {
-		s.t.Fatalf("creating ResourceClaimTemplate %s/%s: %v", s.namespace, name, err)
-	}
+	nodes = []string{s.addNode("n0", 4), s.addNode("n1", 4)}
+	s.addClaimTemplateForCount("gang-gpus", 2)
+	s.addPodGroup("gang", gangSize, schedulingapi.PodGroupResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("gang-gpus")})
+	s.addGangPods("gang", scheduler, fromTemplate("gang-gpus"), nodes)
+	return nodes
 }
 
 // addPodGroup creates a PodGroup with a gang policy of minCount pods and
@@ -423,15 +414,9 @@ func (s *scenario) addWholeOrHalfTemplate(name string) {
 			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expression}}}}
 	}
 	partition := fmt.Sprintf("device.attributes[%q].?partition.orValue(\"\")", driverName)
-	spec := resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+	s.createClaimTemplate(name, resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
 		sub("whole", partition+` == "whole"`), sub("half", partition+`.startsWith("half")`),
-	}}}}}
-	if _, err := env.client.ResourceV1().ResourceClaimTemplates(s.namespace).Create(s.ctx, &resourceapi.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: spec},
-	}, metav1.CreateOptions{}); err != nil {
-		s.t.Fatalf("creating ResourceClaimTemplate %s/%s: %v", s.namespace, name, err)
-	}
+	}}}}})
 }
 
 // Packing (scoring.strategy MostAllocated in the shipped config) places a
@@ -441,7 +426,7 @@ func (s *scenario) addWholeOrHalfTemplate(name string) {
 func TestGangPacksOntoFewestNodes(t *testing.T) {
 	s := newScenario(t, nil)
 	nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4), s.addNode("n2", 4)}
-	s.addGPUsTemplate("two-gpus", 2)
+	s.addClaimTemplateForCount("two-gpus", 2)
 	s.addPodGroup("gang", 2)
 	for i := range 2 {
 		s.addGangPod(i, "gang", schedulerName, fromTemplate("two-gpus"), nodes)
@@ -476,8 +461,8 @@ func TestGangPreemptionIsAllOrNothing(t *testing.T) {
 				preempted := s.playKubelet()
 				class := s.priorityClasses()
 				nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
-				s.addGPUsTemplate("one-gpu", 1)
-				s.addGPUsTemplate("two-gpus", 2)
+				s.addClaimTemplateForCount("one-gpu", 1)
+				s.addClaimTemplateForCount("two-gpus", 2)
 				for i := range 8 {
 					s.addPodWith(fmt.Sprintf("low-%d", i), scheduler, fromTemplate("one-gpu"), onNodes(nodes), withPriorityClass(class(10, false)))
 				}

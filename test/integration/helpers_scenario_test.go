@@ -229,9 +229,15 @@ func gpuClaimSpec(adminAccess bool) resourceapi.ResourceClaimSpec {
 
 func (s *scenario) addClaimTemplate(name string, adminAccess bool) {
 	s.t.Helper()
+	s.createClaimTemplate(name, gpuClaimSpec(adminAccess))
+}
+
+// createClaimTemplate creates a claim template with this spec.
+func (s *scenario) createClaimTemplate(name string, spec resourceapi.ResourceClaimSpec) {
+	s.t.Helper()
 	if _, err := env.client.ResourceV1().ResourceClaimTemplates(s.namespace).Create(s.ctx, &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: gpuClaimSpec(adminAccess)},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: spec},
 	}, metav1.CreateOptions{}); err != nil {
 		s.t.Fatalf("creating ResourceClaimTemplate %s/%s: %v", s.namespace, name, err)
 	}

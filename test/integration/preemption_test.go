@@ -467,12 +467,7 @@ func (s *scenario) addClaimTemplateForCount(name string, count int64) {
 	spec := gpuClaimSpec(false)
 	spec.Devices.Requests[0].Exactly.AllocationMode = resourceapi.DeviceAllocationModeExactCount
 	spec.Devices.Requests[0].Exactly.Count = count
-	if _, err := env.client.ResourceV1().ResourceClaimTemplates(s.namespace).Create(s.ctx, &resourceapi.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: spec},
-	}, metav1.CreateOptions{}); err != nil {
-		s.t.Fatalf("creating ResourceClaimTemplate %s/%s: %v", s.namespace, name, err)
-	}
+	s.createClaimTemplate(name, spec)
 }
 
 // deviceOf names the device of the pod's one-device claim as pool/device.

@@ -21,8 +21,9 @@ package drascope
 // its counters are real.
 //
 // When upstream fixes #140729, delete this file, draManager's
-// countersIgnored field and DRAScope's manager field, and go back to
-// calling upstream's PreFilter in PreFilter and to Filter without the note.
+// countersIgnored field and listedSlices' ignore step (slices.go), and go
+// back to calling upstream's PreFilter in PreFilter and to Filter without
+// the note.
 
 import (
 	"context"
@@ -47,44 +48,6 @@ const upstreamIssue = "kubernetes/kubernetes#140729"
 // upstream's other reads of them (node-allocatable resources, in PreFilter
 // and Filter) look up devices' NodeAllocatableResources, never counters.
 type countersIgnored struct{ atomic.Bool }
-
-// ResourceSlices is what upstream's PreFilter lists slices through.
-func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
-	return slicesWithoutCounters{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, capture: &m.capture, bestFit: m.bestFit, steering: &m.steering}
-}
-
-// slicesWithoutCounters lists the scheduler's slices and, while ignore is
-// set, hands them out with every device consuming zero of each counter;
-// with bestFit, each slice's devices in BestFit order (devicechoice.go);
-// while steering, only the free devices a gang plan allows (gangs.go). It
-// hands what it handed out to the cycle's capture.
-type slicesWithoutCounters struct {
-	fwk.ResourceSliceLister
-	ignore   *countersIgnored
-	capture  *cycleCapture
-	bestFit  *bestFit
-	steering *steering
-}
-
-func (l slicesWithoutCounters) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
-	slices, err := l.ResourceSliceLister.ListWithDeviceTaintRules()
-	if err == nil && l.bestFit != nil {
-		// Before the counters go: the order reads what devices consume.
-		slices = l.bestFit.order(slices, l.capture)
-	}
-	if err == nil && l.steering != nil {
-		if allowed := l.steering.allowed.Load(); allowed != nil {
-			slices = onlyPlanned(slices, *allowed, l.capture.inUse.Load())
-		}
-	}
-	if err == nil && l.ignore.Load() {
-		slices = withZeroCounterConsumption(slices)
-	}
-	if err == nil {
-		l.capture.sawSlices(slices)
-	}
-	return slices, err
-}
 
 // withZeroCounterConsumption returns the slices with every amount a device
 // consumes of a counter set to zero, copying only the slices that change:

@@ -187,7 +187,7 @@ func TestAdminAccessWithoutCounters(t *testing.T) {
 func TestSlicesWithoutCountersOnlyWhileIgnoring(t *testing.T) {
 	listed := partitionableNode()
 	flag := &countersIgnored{}
-	lister := slicesWithoutCounters{ResourceSliceLister: staticSlices(listed), ignore: flag}
+	lister := listedSlices{ResourceSliceLister: staticSlices(listed), ignore: flag}
 	if got, _ := lister.ListWithDeviceTaintRules(); got[1] != listed[1] {
 		t.Error("slices changed while the flag is off")
 	}

@@ -172,35 +172,32 @@ func (pl *DRAScope) steerFor(pod *v1.Pod) (plan *gangplan.Placement, stop func()
 // the allocator counts the shared counters they consume, and never hands
 // them out. A device that allows multiple allocations stays too: a share
 // of it may be free and in use at once.
-func onlyPlanned(slices []*resourceapi.ResourceSlice, allowed sets.Set[structured.DeviceID], seen *inUseSeen) []*resourceapi.ResourceSlice {
+func onlyPlanned(listed []*resourceapi.ResourceSlice, allowed sets.Set[structured.DeviceID], seen *inUseSeen) []*resourceapi.ResourceSlice {
 	inUse := func(structured.DeviceID) bool { return false }
 	if seen != nil {
 		inUse = seen.state.AllocatedDevices.Has
 	}
-	out := make([]*resourceapi.ResourceSlice, len(slices))
-	for i, slice := range slices {
+	out := make([]*resourceapi.ResourceSlice, len(listed))
+	for i, slice := range listed {
 		out[i] = slice
-		keep := func(device *resourceapi.Device) bool {
+		// nil until a device is left out: then the ones before it.
+		var kept []resourceapi.Device
+		for j, device := range slice.Spec.Devices {
 			id := structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, device.Name)
-			return allowed.Has(id) || inUse(id) || (device.AllowMultipleAllocations != nil && *device.AllowMultipleAllocations)
-		}
-		dropped := 0
-		for j := range slice.Spec.Devices {
-			if !keep(&slice.Spec.Devices[j]) {
-				dropped++
+			keep := allowed.Has(id) || inUse(id) || (device.AllowMultipleAllocations != nil && *device.AllowMultipleAllocations)
+			switch {
+			case !keep && kept == nil:
+				kept = make([]resourceapi.Device, j, len(slice.Spec.Devices))
+				copy(kept, slice.Spec.Devices[:j])
+			case keep && kept != nil:
+				kept = append(kept, device)
 			}
 		}
-		if dropped == 0 {
-			continue
+		if kept != nil {
+			copied := *slice
+			copied.Spec.Devices = kept
+			out[i] = &copied
 		}
-		copied := *slice
-		copied.Spec.Devices = make([]resourceapi.Device, 0, len(slice.Spec.Devices)-dropped)
-		for j := range slice.Spec.Devices {
-			if keep(&slice.Spec.Devices[j]) {
-				copied.Spec.Devices = append(copied.Spec.Devices, slice.Spec.Devices[j])
-			}
-		}
-		out[i] = &copied
 	}
 	return out
 }

@@ -1,0 +1,45 @@
+package drascope
+
+import (
+	resourceapi "k8s.io/api/resource/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// ResourceSlices is what upstream's PreFilter lists slices through.
+func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
+	return listedSlices{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, capture: &m.capture, bestFit: m.bestFit, steering: &m.steering}
+}
+
+// listedSlices lists the scheduler's slices as upstream's allocator gets
+// them, in three steps: with bestFit, each slice's devices in BestFit
+// order (devicechoice.go); while steering, only the free devices a gang
+// plan allows (gangs.go); while ignore is set, every device consuming zero
+// of each counter (adminaccess_counters.go). It hands what it handed out
+// to the cycle's capture.
+type listedSlices struct {
+	fwk.ResourceSliceLister
+	ignore   *countersIgnored
+	capture  *cycleCapture
+	bestFit  *bestFit
+	steering *steering
+}
+
+func (l listedSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
+	slices, err := l.ResourceSliceLister.ListWithDeviceTaintRules()
+	if err == nil && l.bestFit != nil {
+		// Before the counters go: the order reads what devices consume.
+		slices = l.bestFit.order(slices, l.capture)
+	}
+	if err == nil && l.steering != nil {
+		if allowed := l.steering.allowed.Load(); allowed != nil {
+			slices = onlyPlanned(slices, *allowed, l.capture.inUse.Load())
+		}
+	}
+	if err == nil && l.ignore.Load() {
+		slices = withZeroCounterConsumption(slices)
+	}
+	if err == nil {
+		l.capture.sawSlices(slices)
+	}
+	return slices, err
+}
