@@ -22,6 +22,7 @@ import (
 
 	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
+	"github.com/drascope/drascope/pkg/plugins/drascopepreemption"
 )
 
 // newCommand is app.NewSchedulerCommand with one step added between
@@ -100,7 +101,7 @@ func run(cmd *cobra.Command, opts *options.Options) error {
 	// profile shares its side cache, health cache and publisher.
 	leadership := draruntime.NewLeadership()
 	rt := draruntime.New(draruntime.WithLeadership(leadership))
-	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(drascope.Name, drascope.Factory(rt)))
+	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(drascope.Name, drascope.Factory(rt)), app.WithPlugin(drascopepreemption.Name, drascopepreemption.New))
 	if err != nil {
 		return err
 	}

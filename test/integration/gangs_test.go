@@ -439,56 +439,121 @@ func TestGangPacksOntoFewestNodes(t *testing.T) {
 	}
 }
 
-// A gang of higher priority on a cluster full of lower-priority pods: the
-// gang places whole, having evicted what it needed, or evicts nobody (an
-// eviction that leaves the gang pending kills work for nothing). Today
-// neither upstream nor DRAScope preempts for a gang's devices
-// (docs/gangs.md, "Limits"): the test holds both to all or nothing and to
-// the same outcome.
-func TestGangPreemptionIsAllOrNothing(t *testing.T) {
+// gangPreemptionCase is a cluster of lower-priority pods and a gang of
+// higher priority, with what each scheduler must make of it.
+type gangPreemptionCase struct {
+	name string
+	// nodes × 4 GPUs; lowGang adds a PodGroup of 2 pods × 2 GPUs that may
+	// only be disrupted whole (disruptionMode All), before the singles.
+	nodes   int
+	lowGang bool
+	// singles of 1 GPU fill what the low gang left.
+	singles int
+	// memberGPUs is what each of the gang's gangSize members asks for.
+	memberGPUs int64
+	// placed is how many members each scheduler must bind, and
+	// evictedGPUs how many GPUs the victims held.
+	placed, evictedGPUs map[string]int
+}
+
+var gangPreemptionCases = []gangPreemptionCase{{
+	// 8 GPUs, all held: the low gang's 4 and four singles'. The gang of
+	// 4 × 1 GPU needs one node's worth: DRAScope evicts the low gang whole
+	// or the singles of one node, not both, and places every member.
+	// Upstream counts the victims' devices in use during its dry run, so
+	// it finds no placement and evicts nobody.
+	name: "frees-devices-for-every-member", nodes: 2, lowGang: true, singles: 4, memberGPUs: 1,
+	placed:      map[string]int{schedulerName: gangSize, upstreamSchedulerName: 0},
+	evictedGPUs: map[string]int{schedulerName: 4, upstreamSchedulerName: 0},
+}, {
+	// 3 nodes × 4 GPUs, all held by singles. Members of 3 GPUs fit one per
+	// node, so three of four could place after evicting 9 pods: an eviction
+	// that leaves the gang pending. Nobody may be evicted.
+	name: "evicts-nobody-when-the-gang-cannot-place", nodes: 3, singles: 12, memberGPUs: 3,
+	placed:      map[string]int{schedulerName: 0, upstreamSchedulerName: 0},
+	evictedGPUs: map[string]int{schedulerName: 0, upstreamSchedulerName: 0},
+}}
+
+// A gang of higher priority on a cluster full of lower-priority pods: it
+// places whole, having evicted only what it needs, or evicts nobody; a
+// victim gang goes whole or not at all. Each case runs under DRAScope
+// (with DRAScopePreemption) and under upstream's plugins side by side; no
+// device may be held twice at any end.
+func TestGangPreemption(t *testing.T) {
 	startUpstreamScheduler(t)
-	outcomes := map[string]*gangOutcome{}
-	evicted := map[string]*[]string{}
-	var both sync.WaitGroup
-	for _, scheduler := range []string{upstreamSchedulerName, schedulerName} {
-		outcome, victims := &gangOutcome{}, &[]string{}
-		outcomes[scheduler], evicted[scheduler] = outcome, victims
-		both.Add(1)
-		go func() {
-			defer both.Done()
-			t.Run(scheduler, func(t *testing.T) {
-				s := newScenario(t, nil)
-				preempted := s.playKubelet()
-				class := s.priorityClasses()
-				nodes := []string{s.addNode("n0", 4), s.addNode("n1", 4)}
-				s.addClaimTemplateForCount("one-gpu", 1)
-				s.addClaimTemplateForCount("two-gpus", 2)
-				for i := range 8 {
-					s.addPodWith(fmt.Sprintf("low-%d", i), scheduler, fromTemplate("one-gpu"), onNodes(nodes), withPriorityClass(class(10, false)))
-				}
-				for i := range 8 {
-					s.waitForPodScheduled(fmt.Sprintf("low-%d", i))
-				}
-				high := class(100, false)
-				s.addPodGroupSpec("gang", schedulingapi.PodGroupSpec{
-					SchedulingPolicy:  schedulingapi.PodGroupSchedulingPolicy{Gang: &schedulingapi.GangSchedulingPolicy{MinCount: gangSize}},
-					PriorityClassName: high,
-				})
-				s.addGangPods("gang", scheduler, fromTemplate("two-gpus"), nodes, withPriorityClass(high))
-				s.waitForGangSettled()
-				*outcome, *victims = s.gangOutcome(), preempted.list()
-				t.Logf("%s: %s; gang-%d %s", scheduler, outcome, gangSize-1, describeScheduling(s.getPod(gangPodName(gangSize-1))))
-				if outcome.placed != gangSize && len(*victims) > 0 {
-					t.Errorf("%s evicted %v and left the gang with %s", scheduler, *victims, outcome)
-				}
+	for _, tc := range gangPreemptionCases {
+		t.Run(tc.name, func(t *testing.T) {
+			var both sync.WaitGroup
+			for _, scheduler := range []string{upstreamSchedulerName, schedulerName} {
+				both.Add(1)
+				go func() {
+					defer both.Done()
+					t.Run(scheduler, func(t *testing.T) { runGangPreemption(t, tc, scheduler) })
+				}()
+			}
+			both.Wait()
+		})
+	}
+}
+
+func runGangPreemption(t *testing.T, tc gangPreemptionCase, scheduler string) {
+	s := newScenario(t, nil)
+	preempted := s.playKubelet()
+	class := s.priorityClasses()
+	low, high := class(10, false), class(100, false)
+	var nodes []string
+	for i := range tc.nodes {
+		nodes = append(nodes, s.addNode(fmt.Sprintf("n%d", i), 4))
+	}
+	s.addClaimTemplateForCount("one-gpu", 1)
+	gpusOf := map[string]int{}
+	if tc.lowGang {
+		s.addClaimTemplateForCount("two-gpus", 2)
+		s.addPodGroupSpec("low-gang", schedulingapi.PodGroupSpec{
+			SchedulingPolicy:  schedulingapi.PodGroupSchedulingPolicy{Gang: &schedulingapi.GangSchedulingPolicy{MinCount: 2}},
+			DisruptionMode:    &schedulingapi.DisruptionMode{All: &schedulingapi.AllDisruptionMode{}},
+			PriorityClassName: low,
+		})
+		for i := range 2 {
+			name := fmt.Sprintf("low-gang-%d", i)
+			s.addPodWith(name, scheduler, fromTemplate("two-gpus"), onNodes(nodes), withPriorityClass(low), func(pod *v1.Pod) {
+				pod.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To("low-gang")}
 			})
-		}()
+			gpusOf[name] = 2
+		}
+		s.waitForPodScheduled("low-gang-0")
+		s.waitForPodScheduled("low-gang-1")
 	}
-	both.Wait()
-	if up, ds := *outcomes[upstreamSchedulerName], *outcomes[schedulerName]; up != ds || len(*evicted[upstreamSchedulerName]) != len(*evicted[schedulerName]) {
-		t.Errorf("upstream evicted %v and left %s; drascope-scheduler evicted %v and left %s",
-			*evicted[upstreamSchedulerName], up, *evicted[schedulerName], ds)
+	for i := range tc.singles {
+		name := fmt.Sprintf("low-%d", i)
+		s.addPodWith(name, scheduler, fromTemplate("one-gpu"), onNodes(nodes), withPriorityClass(low))
+		s.waitForPodScheduled(name)
+		gpusOf[name] = 1
 	}
+	s.addClaimTemplateForCount("member-gpus", tc.memberGPUs)
+	s.addPodGroupSpec("gang", schedulingapi.PodGroupSpec{
+		SchedulingPolicy:  schedulingapi.PodGroupSchedulingPolicy{Gang: &schedulingapi.GangSchedulingPolicy{MinCount: gangSize}},
+		PriorityClassName: high,
+	})
+	s.addGangPods("gang", scheduler, fromTemplate("member-gpus"), nodes, withPriorityClass(high))
+	s.waitForGangSettled()
+	outcome, victims := s.gangOutcome(), preempted.list()
+	t.Logf("%s: %s, evicted %v; gang-%d %s", scheduler, outcome, victims, gangSize-1, describeScheduling(s.getPod(gangPodName(gangSize-1))))
+	evictedGPUs := 0
+	for _, name := range victims {
+		evictedGPUs += gpusOf[name]
+	}
+	if outcome.placed != tc.placed[scheduler] || evictedGPUs != tc.evictedGPUs[scheduler] {
+		t.Errorf("%s placed %d members having evicted pods holding %d GPUs (%v); want %d placed, %d GPUs evicted",
+			scheduler, outcome.placed, evictedGPUs, victims, tc.placed[scheduler], tc.evictedGPUs[scheduler])
+	}
+	if outcome.placed != gangSize && len(victims) > 0 {
+		t.Errorf("%s evicted %v and left the gang with %s", scheduler, victims, outcome)
+	}
+	if gone := sets.New(victims...); gone.Has("low-gang-0") != gone.Has("low-gang-1") {
+		t.Errorf("%s evicted %v: one member of a gang that may only be disrupted whole", scheduler, victims)
+	}
+	s.checkNoDeviceAllocatedTwice()
 }
 
 // waitForGangSettled waits until every member is bound, or every member

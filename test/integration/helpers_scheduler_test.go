@@ -20,6 +20,7 @@ import (
 	"github.com/drascope/drascope/internal/localcluster"
 	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
+	"github.com/drascope/drascope/pkg/plugins/drascopepreemption"
 )
 
 // startInProcessScheduler runs drascope-scheduler inside the test process
@@ -64,7 +65,7 @@ func startInProcessScheduler(ctx context.Context) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	rt := draruntime.New()
 	env.runtime = rt
-	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(drascope.Name, drascope.Factory(rt)))
+	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(drascope.Name, drascope.Factory(rt)), app.WithPlugin(drascopepreemption.Name, drascopepreemption.New))
 	if err != nil {
 		cancel()
 		return nil, err

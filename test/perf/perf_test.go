@@ -39,6 +39,7 @@ import (
 	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
+	"github.com/drascope/drascope/pkg/plugins/drascopepreemption"
 	"github.com/drascope/drascope/test/perf/results"
 )
 
@@ -711,6 +712,7 @@ func registry() frameworkruntime.Registry {
 			}
 			return factory(ctx, args, fh)
 		},
+		drascopepreemption.Name: drascopepreemption.New,
 	}
 }
 

@@ -178,8 +178,10 @@ func TestLoadArgs(t *testing.T) {
 }
 
 // The shipped configurations load, and every profile runs DRAScope instead
-// of DynamicResources, before DefaultPreemption: one profile left on the
-// in-tree plugin would not see the release holds of the others.
+// of DynamicResources, before DRAScopePreemption instead of
+// DefaultPreemption: one profile left on the in-tree plugin would not see
+// the release holds of the others, and one on DefaultPreemption would not
+// free devices for gangs.
 func TestShippedConfigs(t *testing.T) {
 	for file, profiles := range map[string][]string{
 		"config.yaml":              {"drascope-scheduler"},
@@ -207,8 +209,8 @@ func TestShippedConfigs(t *testing.T) {
 					enabled = append(enabled, p.Name)
 				}
 				joined := strings.Join(enabled, ",")
-				if strings.Contains(joined, "DynamicResources") || !strings.Contains(joined, "DRAScope,DefaultPreemption") {
-					t.Errorf("%s multiPoint plugins %s: want DRAScope right before DefaultPreemption, no DynamicResources", profile.SchedulerName, joined)
+				if strings.Contains(joined, "DynamicResources") || strings.Contains(joined, "DefaultPreemption") || !strings.Contains(joined, "DRAScope,DRAScopePreemption") {
+					t.Errorf("%s multiPoint plugins %s: want DRAScope right before DRAScopePreemption, no DynamicResources, no DefaultPreemption", profile.SchedulerName, joined)
 				}
 			}
 		})

@@ -49,6 +49,9 @@ func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.P
 	if uses.Len() > 0 {
 		state.Write(signalledKey, signalled{uids: uses.UnsortedList()})
 	}
+	if status.IsSuccess() && podGroupPreemptionIn(ctx) != nil {
+		pl.recordChosen(whatIfIn(state))
+	}
 	return status
 }
 

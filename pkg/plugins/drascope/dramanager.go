@@ -2,6 +2,7 @@ package drascope
 
 import (
 	"sync"
+	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -120,6 +121,9 @@ type claimTracker struct {
 	// holds keep released allocations in use until their fate is known
 	// (pkg/releasehold), for every profile of the scheduler.
 	holds *releasehold.Holds
+	// freeing are the victims' devices of a pod-group preemption's dry
+	// run while a member's PreFilter runs (gangpreemption.go).
+	freeing atomic.Pointer[sets.Set[structured.DeviceID]]
 	// pending are the allocations this profile signalled and has not
 	// removed, by the UID upstream signalled them under; preemption's
 	// release view holds them (preemption.go, readReleaseView).
@@ -162,10 +166,12 @@ type inUseSeen struct {
 	withheld, kept sets.Set[structured.DeviceID]
 }
 
-// addWithheld adds the held and the withheld devices to state and
+// addWithheld adds the held and the withheld devices to state (without,
+// in a pod-group preemption's dry run, the victims' devices) and
 // remembers it; shares says the allocator tracks shared devices
 // (DRAConsumableCapacity), so that a held share is added as one.
 func (t *claimTracker) addWithheld(state structured.AllocatedState, shares bool) {
+	t.withoutFreed(state, shares)
 	kept := t.holds.InsertHeld(state, shares, func(namespace, name string) (string, bool) {
 		claim, err := t.ResourceClaimTracker.Get(namespace, name)
 		if err != nil {

@@ -255,7 +255,11 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	// A gang member planned by PodGroupPostFilter (gangs.go) gets its
 	// planned devices from upstream's allocator, on its planned node.
 	plan, stopSteering := pl.steerFor(pod)
+	// In a pod-group preemption's dry run, the victims' devices are free
+	// (gangpreemption.go).
+	dryRun, stopFreeing := pl.freeVictimsDevices(ctx, pod, claims)
 	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
+	stopFreeing()
 	stopSteering()
 	if pl.manager != nil && pl.manager.bestFit != nil {
 		pl.manager.bestFit.active.Store(false)
@@ -277,6 +281,9 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		view := pl.takeCycleView(pod, claims)
 		w := pl.newWhatIf(view, claims)
 		attempt.record(pod, w)
+		if dryRun != nil {
+			return pl.preFilterInDryRun(state, dryRun, w, keepToPlan(result, plan))
+		}
 		if w != nil {
 			state.Write(whatIfStateKey, w)
 			if node := pl.nominatedNodeAwaitingVictims(ctx, pod, nodes, w); node != "" {
@@ -286,6 +293,10 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 			}
 		}
 		result, status = pl.pruneNodes(ctx, pod, nodes, claims, view)
+	}
+	if dryRun != nil {
+		// Devices freed for a member the dry run cannot follow.
+		return pl.preFilterInDryRun(state, dryRun, nil, nil)
 	}
 	if status.IsSuccess() {
 		result = keepToPlan(result, plan)

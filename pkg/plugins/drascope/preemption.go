@@ -60,6 +60,13 @@ type whatIf struct {
 	// releasing is shared by every clone: read once, when a dry run
 	// first needs it.
 	releasing *releasing
+	// In a pod-group preemption's dry run (gangpreemption.go): dryRun is
+	// the run, chosen (shared by every clone) the devices the member's
+	// Reserve put in flight, reinstated (each clone's own) the victims
+	// the run put back.
+	dryRun     *podGroupPreemption
+	chosen     sets.Set[structured.DeviceID]
+	reinstated sets.Set[types.UID]
 }
 
 // releasing is a cycle's releaseView, read once.
@@ -114,6 +121,7 @@ func (w *whatIf) Clone() fwk.StateData {
 	clone := *w
 	clone.removed = maps.Clone(w.removed)
 	clone.added = slices.Clone(w.added)
+	clone.reinstated = w.reinstated.Clone()
 	return &clone
 }
 
@@ -166,7 +174,7 @@ func (pl *DRAScope) PreFilterExtensions() fwk.PreFilterExtensions {
 func (pl *DRAScope) RemovePod(_ context.Context, state fwk.CycleState, _ *v1.Pod, podInfoToRemove fwk.PodInfo, _ fwk.NodeInfo) *fwk.Status {
 	w := whatIfIn(state)
 	pod := podInfoToRemove.GetPod()
-	if w == nil || len(pod.Spec.ResourceClaims) == 0 {
+	if w == nil || len(pod.Spec.ResourceClaims) == 0 || w.unreinstate(pod) {
 		return nil
 	}
 	if i := slices.IndexFunc(w.added, func(p *v1.Pod) bool { return p.UID == pod.UID }); i >= 0 {
@@ -184,7 +192,7 @@ func (pl *DRAScope) RemovePod(_ context.Context, state fwk.CycleState, _ *v1.Pod
 func (pl *DRAScope) AddPod(_ context.Context, state fwk.CycleState, _ *v1.Pod, podInfoToAdd fwk.PodInfo, _ fwk.NodeInfo) *fwk.Status {
 	w := whatIfIn(state)
 	pod := podInfoToAdd.GetPod()
-	if w == nil || len(pod.Spec.ResourceClaims) == 0 {
+	if w == nil || len(pod.Spec.ResourceClaims) == 0 || w.reinstate(pod) {
 		return nil
 	}
 	if _, ok := w.removed[pod.UID]; ok {
@@ -203,6 +211,9 @@ func (pl *DRAScope) AddPod(_ context.Context, state fwk.CycleState, _ *v1.Pod, p
 // elsewhere while its victims on the node terminate.
 func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	w := whatIfIn(state)
+	if status := w.reinstatedConflict(); status != nil {
+		return status
+	}
 	if w != nil && w.changed() {
 		return pl.filterWhatIf(ctx, state, w, pod, nodeInfo)
 	}

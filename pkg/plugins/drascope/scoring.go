@@ -24,7 +24,9 @@ import (
 // (what is allocated, in flight, tainted or out of counters), not from a
 // second allocator run: upstream keeps Filter's tentative allocation to
 // itself. PreScore brings the cache up to date first, so the previous pod's
-// devices count.
+// devices count. In a gang's preemption dry run, the devices the victims
+// give up count as free, as the member's allocator sees them
+// (gangpreemption.go).
 
 const scoringStateKey fwk.StateKey = Name + "/scoring"
 
@@ -64,6 +66,7 @@ func (pl *DRAScope) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 	// or two between consecutive pods; all of a driver's after it
 	// republished) and waits for a recompute already running.
 	pl.pools.Sync()
+	freed := pl.victimsDevicesByPool(state)
 	use := make(map[string]deviceUse, len(nodes))
 	for _, node := range nodes {
 		if node.Node() == nil {
@@ -72,7 +75,7 @@ func (pl *DRAScope) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 		var u deviceUse
 		for _, snap := range pl.pools.OnNode(node.Node().Name) {
 			u.total += snap.Summary.Total
-			u.used += snap.Summary.Total - snap.Summary.Available
+			u.used += max(snap.Summary.Total-snap.Summary.Available-freed[snap.PoolID], 0)
 		}
 		use[node.Node().Name] = u
 	}
