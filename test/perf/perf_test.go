@@ -302,6 +302,12 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 	if err := countUrgentPods(tCtx, tCtx.Client(), entry, before.victims); err != nil {
 		tCtx.Errorf("counting the urgent pods: %v", err)
 	}
+	if err := countGangs(tCtx, tCtx.Client(), entry); err != nil {
+		tCtx.Errorf("counting the gangs: %v", err)
+	}
+	if entry.PartialGangs > 0 {
+		tCtx.Errorf("the %s run left %d of %d gangs partly placed or holding devices for unbound members", v.name, entry.PartialGangs, entry.Gangs)
+	}
 	upstream := v.name == results.Upstream || v.name == results.UpstreamPreQueueingHints
 	if upstream && entry.Victims > 0 {
 		tCtx.Errorf("the upstream run preempted %d pods: upstream cannot free devices by preemption, so DRAScope ran in it", entry.Victims)

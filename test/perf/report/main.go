@@ -34,7 +34,7 @@ func main() {
 		os.Exit(1)
 	}
 	for _, write := range []func(io.Writer, []results.Run) error{
-		results.WriteFragmentation, results.WriteDeviceChoice, results.WritePreemption, results.WritePublishing, results.WritePruning,
+		results.WriteFragmentation, results.WriteDeviceChoice, results.WritePreemption, results.WriteGangs, results.WritePublishing, results.WritePruning,
 	} {
 		if err := write(os.Stdout, runs); err != nil {
 			fmt.Fprintln(os.Stderr, "report:", err)

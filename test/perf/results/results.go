@@ -125,6 +125,17 @@ type IndexEntry struct {
 	UrgentPodsPlaced int     `json:"urgentPodsPlaced,omitempty"`
 	UrgentSeconds    float64 `json:"urgentSeconds,omitempty"`
 	Victims          int     `json:"victims,omitempty"`
+	// Gangs, GangsPlaced, GangMembersPlaced and PartialGangs count the
+	// Gangs test case's PodGroups: created, placed whole, their members
+	// bound, and those partly placed or holding devices for an unbound
+	// member (never expected). GangSeconds is the time from the first
+	// member's creation until the last bound member's PodScheduled
+	// condition.
+	Gangs             int     `json:"gangs,omitempty"`
+	GangsPlaced       int     `json:"gangsPlaced,omitempty"`
+	GangMembersPlaced int     `json:"gangMembersPlaced,omitempty"`
+	PartialGangs      int     `json:"partialGangs,omitempty"`
+	GangSeconds       float64 `json:"gangSeconds,omitempty"`
 }
 
 // AppendIndex adds an entry to dir's index.
@@ -578,6 +589,29 @@ func WritePreemption(w io.Writer, runs []Run) error {
 			after = fmt.Sprintf("%.0f s", r.UrgentSeconds)
 		}
 		fmt.Fprintf(&b, "| %s/%s | %d | %s | %d of %d | %d | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, r.UrgentPodsPlaced, r.UrgentPods, r.Victims, after)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteGangs prints, for every workload that created gangs (the Gangs
+// test case), each run: the gangs placed whole, their members bound, the
+// partial gangs, the time until the last member was bound, and the
+// throughput of the small jobs before them.
+func WriteGangs(w io.Writer, runs []Run) error {
+	selected := runsWhere(runs, func(r Run) bool { return r.Gangs > 0 })
+	if len(selected) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("\n| Workload | Pair | Scheduler | gangs placed | members placed | partial gangs | last member bound after | small jobs/s avg (p50/p90) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, r := range selected {
+		after := "–"
+		if r.GangMembersPlaced > 0 {
+			after = fmt.Sprintf("%.0f s", r.GangSeconds)
+		}
+		fmt.Fprintf(&b, "| %s/%s | %d | %s | %d of %d | %d | %d | %s | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, r.GangsPlaced, r.Gangs, r.GangMembersPlaced, r.PartialGangs, after, throughput(r.Throughput))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -270,6 +270,36 @@ func TestWriteFragmentation(t *testing.T) {
 	}
 }
 
+func TestWriteGangs(t *testing.T) {
+	run := func(variant string, placed, members int, seconds float64) Run {
+		return Run{IndexEntry: IndexEntry{TestCase: "Gangs", Workload: "64nodes", Variant: variant, Gangs: 4, GangsPlaced: placed, GangMembersPlaced: members, GangSeconds: seconds},
+			Throughput: Quantiles{Average: 90, P50: 85, P90: 98}}
+	}
+	runs := []Run{run(DRAScopeMostAllocated, 2, 16, 3.4), {IndexEntry: IndexEntry{TestCase: "Other", Variant: Upstream}}, run(Upstream, 0, 0, 0), run(DRAScope, 0, 0, 0)}
+	var b strings.Builder
+	if err := WriteGangs(&b, runs); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"| Gangs/64nodes | 1 | upstream | 0 of 4 | 0 | 0 | – | 90.0 (85/98) |",
+		"| Gangs/64nodes | 1 | drascope | 0 of 4 | 0 | 0 | – | 90.0 (85/98) |",
+		"| Gangs/64nodes | 1 | drascope-mostallocated | 2 of 4 | 16 | 0 | 3 s | 90.0 (85/98) |",
+	}
+	if len(lines) != 2+len(want) {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	for i, w := range want {
+		if lines[2+i] != w {
+			t.Errorf("row %d: %q, want %q", i, lines[2+i], w)
+		}
+	}
+	b.Reset()
+	if err := WriteGangs(&b, runs[1:2]); err != nil || b.Len() != 0 {
+		t.Errorf("no gangs: %q, %v; want nothing", b.String(), err)
+	}
+}
+
 // The publishing table lists DRAScope's runs with and without publishing,
 // of the workloads that ran both, and nothing else.
 func TestWritePublishing(t *testing.T) {
