@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -443,10 +444,11 @@ func TestGangPacksOntoFewestNodes(t *testing.T) {
 // higher priority, with what each scheduler must make of it.
 type gangPreemptionCase struct {
 	name string
-	// nodes × 4 GPUs; lowGang adds a PodGroup of 2 pods × 2 GPUs that may
-	// only be disrupted whole (disruptionMode All), before the singles.
-	nodes   int
-	lowGang bool
+	// nodes × nodeGPUs (4 when 0); lowGang adds a PodGroup of 2 pods × 2
+	// GPUs that may only be disrupted whole (disruptionMode All), before
+	// the singles.
+	nodes, nodeGPUs int
+	lowGang         bool
 	// singles of 1 GPU fill what the low gang left.
 	singles int
 	// memberGPUs is what each of the gang's gangSize members asks for.
@@ -465,6 +467,12 @@ var gangPreemptionCases = []gangPreemptionCase{{
 	name: "frees-devices-for-every-member", nodes: 2, lowGang: true, singles: 4, memberGPUs: 1,
 	placed:      map[string]int{schedulerName: gangSize, upstreamSchedulerName: 0},
 	evictedGPUs: map[string]int{schedulerName: 4, upstreamSchedulerName: 0},
+}, {
+	// One node of 8 GPUs, 6 held by singles: the gang of 4 × 1 GPU takes
+	// the 2 free GPUs first and evicts 2 singles, not 4.
+	name: "takes-free-devices-first", nodes: 1, nodeGPUs: 8, singles: 6, memberGPUs: 1,
+	placed:      map[string]int{schedulerName: gangSize, upstreamSchedulerName: 0},
+	evictedGPUs: map[string]int{schedulerName: 2, upstreamSchedulerName: 0},
 }, {
 	// 3 nodes × 4 GPUs, all held by singles. Members of 3 GPUs fit one per
 	// node, so three of four could place after evicting 9 pods: an eviction
@@ -503,7 +511,7 @@ func runGangPreemption(t *testing.T, tc gangPreemptionCase, scheduler string) {
 	low, high := class(10, false), class(100, false)
 	var nodes []string
 	for i := range tc.nodes {
-		nodes = append(nodes, s.addNode(fmt.Sprintf("n%d", i), 4))
+		nodes = append(nodes, s.addNode(fmt.Sprintf("n%d", i), cmp.Or(tc.nodeGPUs, 4)))
 	}
 	s.addClaimTemplateForCount("one-gpu", 1)
 	gpusOf := map[string]int{}

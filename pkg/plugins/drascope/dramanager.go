@@ -123,7 +123,7 @@ type claimTracker struct {
 	holds *releasehold.Holds
 	// freeing are the victims' devices of a pod-group preemption's dry
 	// run while a member's PreFilter runs (gangpreemption.go).
-	freeing atomic.Pointer[sets.Set[structured.DeviceID]]
+	freeing atomic.Pointer[podGroupPreemption]
 	// pending are the allocations this profile signalled and has not
 	// removed, by the UID upstream signalled them under; preemption's
 	// release view holds them (preemption.go, readReleaseView).

@@ -282,7 +282,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		w := pl.newWhatIf(view, claims)
 		attempt.record(pod, w)
 		if dryRun != nil {
-			return pl.preFilterInDryRun(state, dryRun, w, keepToPlan(result, plan))
+			return pl.preFilterInDryRun(state, dryRun, w, keptOf(view), keepToPlan(result, plan))
 		}
 		if w != nil {
 			state.Write(whatIfStateKey, w)
@@ -296,7 +296,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	}
 	if dryRun != nil {
 		// Devices freed for a member the dry run cannot follow.
-		return pl.preFilterInDryRun(state, dryRun, nil, nil)
+		return pl.preFilterInDryRun(state, dryRun, nil, nil, nil)
 	}
 	if status.IsSuccess() {
 		result = keepToPlan(result, plan)

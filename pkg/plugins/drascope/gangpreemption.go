@@ -37,6 +37,7 @@ package drascope
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -64,6 +65,21 @@ type podGroupPreemption struct {
 	freedBy map[types.UID]sets.Set[structured.DeviceID]
 	// freed is the union of freedBy.
 	freed sets.Set[structured.DeviceID]
+	// released are devices of claims whose pods are all gone already
+	// (the victims of an earlier preemption, whose claims the
+	// resourceclaim controller has yet to deallocate); held are the
+	// devices any claim holds or has in flight (nil: not known). Devices
+	// in use that no claim holds are free too (releaseView).
+	released, held sets.Set[structured.DeviceID]
+	// counters are the shared counter sets (KEP-4815) each device of the
+	// victims' pools consumes: two devices drawing on one set exclude each
+	// other although their IDs differ.
+	counters map[structured.DeviceID]sets.Set[counterSet]
+}
+
+// counterSet is a pool's shared counter set.
+type counterSet struct {
+	driver, pool, name string
 }
 
 // WithPodGroupPreemption marks ctx for a pod-group preemption that is about
@@ -92,10 +108,12 @@ func podGroupPreemptionIn(ctx context.Context) *podGroupPreemption {
 
 // victimsFreed finds, the first time a member asks, the victims (pods of
 // before gone from the snapshot: upstream removes them all before it runs
-// the group cycle) and the devices they free.
-func (pl *DRAScope) victimsFreed(p *podGroupPreemption) sets.Set[structured.DeviceID] {
+// the group cycle) and the devices they free, and reports whether there
+// is anything to free.
+func (pl *DRAScope) victimsFreed(p *podGroupPreemption) bool {
 	p.once.Do(func() {
 		p.freedBy, p.freed = map[types.UID]sets.Set[structured.DeviceID]{}, sets.New[structured.DeviceID]()
+		p.released = sets.New[structured.DeviceID]()
 		nodes, err := pl.handle.SnapshotSharedLister().NodeInfos().List()
 		if err != nil {
 			return
@@ -107,20 +125,60 @@ func (pl *DRAScope) victimsFreed(p *podGroupPreemption) sets.Set[structured.Devi
 			}
 		}
 		shares := pl.allocating.Features.ConsumableCapacity
+		wholeInto := func(ids sets.Set[structured.DeviceID]) allocated.Visitor {
+			return allocated.Visitor{Whole: func(_ *resourceapi.DeviceRequestAllocationResult, id structured.DeviceID) { ids.Insert(id) }}
+		}
 		for uid, victim := range victims {
 			ids := sets.New[structured.DeviceID]()
 			for _, allocation := range pl.allocationsFreedBy(map[types.UID]*v1.Pod{uid: victim}, victims, nil) {
-				allocated.Each(allocation, shares, allocated.Visitor{
-					Whole: func(_ *resourceapi.DeviceRequestAllocationResult, id structured.DeviceID) { ids.Insert(id) },
-				})
+				allocated.Each(allocation, shares, wholeInto(ids))
 			}
 			if ids.Len() > 0 {
 				p.freedBy[uid] = ids
 				p.freed = p.freed.Union(ids)
 			}
 		}
+		// As a per-pod dry run does (filterWhatIf): an earlier
+		// preemption's victims are gone, their claims not yet released;
+		// counted in use, they would make this one choose new victims.
+		view := pl.readReleaseView()
+		for _, allocation := range view.allocations {
+			allocated.Each(allocation, shares, wholeInto(p.released))
+		}
+		p.held = view.held
+		p.counters = pl.counterSetsOf(p.freed)
 	})
-	return p.freed
+	return p.freed.Len() > 0 || p.released.Len() > 0 || p.held != nil
+}
+
+// counterSetsOf returns the counter sets every device of the pools of ids
+// consumes.
+func (pl *DRAScope) counterSetsOf(ids sets.Set[structured.DeviceID]) map[structured.DeviceID]sets.Set[counterSet] {
+	pools := sets.New[drausage.PoolID]()
+	for id := range ids {
+		pools.Insert(drausage.PoolID{Driver: id.Driver.String(), Pool: id.Pool.String()})
+	}
+	counters := map[structured.DeviceID]sets.Set[counterSet]{}
+	listed, err := pl.manager.SharedDRAManager.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return counters
+	}
+	for _, slice := range listed {
+		if !pools.Has(drausage.PoolID{Driver: slice.Spec.Driver, Pool: slice.Spec.Pool.Name}) {
+			continue
+		}
+		for i := range slice.Spec.Devices {
+			device := &slice.Spec.Devices[i]
+			for _, consumed := range device.ConsumesCounters {
+				id := structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, device.Name)
+				if counters[id] == nil {
+					counters[id] = sets.New[counterSet]()
+				}
+				counters[id].Insert(counterSet{driver: slice.Spec.Driver, pool: slice.Spec.Pool.Name, name: consumed.CounterSet})
+			}
+		}
+	}
+	return counters
 }
 
 // freeVictimsDevices starts, for a gang member in a pod-group preemption's
@@ -132,12 +190,11 @@ func (pl *DRAScope) freeVictimsDevices(ctx context.Context, pod *v1.Pod, claims 
 	if p == nil || pl.manager == nil || pod.Spec.SchedulingGroup == nil || !pl.mayFollowDevices(pod, claims) {
 		return nil, func() {}
 	}
-	freed := pl.victimsFreed(p)
-	if freed.Len() == 0 {
+	if !pl.victimsFreed(p) {
 		return nil, func() {}
 	}
-	pl.manager.claims.freeing.Store(&freed)
-	klog.FromContext(ctx).V(5).Info("Pod group preemption: victims' devices are free for the member", "pod", klog.KObj(pod), "devices", freed.Len())
+	pl.manager.claims.freeing.Store(p)
+	klog.FromContext(ctx).V(5).Info("Pod group preemption: victims' devices are free for the member", "pod", klog.KObj(pod), "devices", p.freed.Len(), "released", p.released.Len())
 	return p, func() { pl.manager.claims.freeing.Store(nil) }
 }
 
@@ -158,19 +215,55 @@ func (pl *DRAScope) mayFollowDevices(pod *v1.Pod, claims *podClaims) bool {
 	return true
 }
 
-// withoutFreed takes the victims' devices out of an in-use set, except
-// those in flight: another member of the dry run took them.
+// withoutFreed takes out of an in-use set the victims' devices, those of
+// claims about to be released, and those no claim holds, except those in
+// flight: another member of the dry run took them.
 func (t *claimTracker) withoutFreed(state structured.AllocatedState, shares bool) {
-	freed := t.freeing.Load()
-	if freed == nil {
+	p := t.freeing.Load()
+	if p == nil {
 		return
 	}
 	taken := t.inFlightDevices(shares)
-	for id := range *freed {
-		if !taken.Has(id) {
+	for id := range state.AllocatedDevices {
+		free := p.freed.Has(id) || p.released.Has(id) || (p.held != nil && !p.held.Has(id))
+		if free && !taken.Has(id) {
 			state.AllocatedDevices.Delete(id)
 		}
 	}
+}
+
+// victimsLast returns the slices with the victims' devices after the
+// others, copying only the slices that change: upstream's allocator takes
+// devices in the order listed, so a member takes a free device before a
+// victim's, and preemption spares the victims it need not evict.
+func victimsLast(listed []*resourceapi.ResourceSlice, p *podGroupPreemption) []*resourceapi.ResourceSlice {
+	out, copied := listed, false
+	for i, slice := range listed {
+		isVictims := func(d resourceapi.Device) bool {
+			return p.freed.Has(structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, d.Name))
+		}
+		if !slices.ContainsFunc(slice.Spec.Devices, isVictims) {
+			continue
+		}
+		devices := make([]resourceapi.Device, 0, len(slice.Spec.Devices))
+		for _, d := range slice.Spec.Devices {
+			if !isVictims(d) {
+				devices = append(devices, d)
+			}
+		}
+		for _, d := range slice.Spec.Devices {
+			if isVictims(d) {
+				devices = append(devices, d)
+			}
+		}
+		if !copied {
+			out, copied = slices.Clone(listed), true
+		}
+		reordered := *slice
+		reordered.Spec.Devices = devices
+		out[i] = &reordered
+	}
+	return out
 }
 
 // recordChosen notes, in a dry run, the devices Reserve put in flight for
@@ -209,12 +302,20 @@ func (w *whatIf) unreinstate(pod *v1.Pod) bool {
 // reinstatedConflict returns a status when a victim put back holds a
 // device the member chose in the dry run.
 func (w *whatIf) reinstatedConflict() *fwk.Status {
-	if w == nil || w.dryRun == nil {
+	if w == nil || w.dryRun == nil || len(w.reinstated) == 0 {
 		return nil
+	}
+	counters := w.dryRun.counters
+	chosenCounters := sets.New[counterSet]()
+	for id := range w.chosen {
+		chosenCounters = chosenCounters.Union(counters[id])
 	}
 	for uid := range w.reinstated {
 		for id := range w.dryRun.freedBy[uid] {
-			if w.chosen.Has(id) {
+			// The same device, or one drawing on a counter set the
+			// member's device draws on: the member's device no longer
+			// fits beside it.
+			if w.chosen.Has(id) || chosenCounters.HasAny(counters[id].UnsortedList()...) {
 				return fwk.NewStatus(fwk.Unschedulable, "the pod group's preemption needs the devices of a pod it would spare")
 			}
 		}
@@ -227,11 +328,12 @@ func (w *whatIf) reinstatedConflict() *fwk.Status {
 // node of result (neither pruned nor kept to a nominated node: both read
 // devices as the informers show them). Without a what-if, nothing would
 // keep a victim the member needs from being spared, so the member fails.
-func (pl *DRAScope) preFilterInDryRun(state fwk.CycleState, dryRun *podGroupPreemption, w *whatIf, result *fwk.PreFilterResult) (*fwk.PreFilterResult, *fwk.Status) {
+func (pl *DRAScope) preFilterInDryRun(state fwk.CycleState, dryRun *podGroupPreemption, w *whatIf, kept sets.Set[structured.DeviceID], result *fwk.PreFilterResult) (*fwk.PreFilterResult, *fwk.Status) {
 	if w == nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "pod group preemption: the member's claims changed during the dry run")
 	}
 	w.dryRun, w.chosen, w.reinstated = dryRun, sets.New[structured.DeviceID](), sets.New[types.UID]()
+	w.kept = kept
 	state.Write(whatIfStateKey, w)
 	return result, nil
 }
@@ -261,10 +363,18 @@ func (pl *DRAScope) victimsDevicesByPool(state fwk.CycleState) map[drausage.Pool
 	p := w.dryRun
 	taken := pl.manager.claims.inFlightDevices(pl.allocating.Features.ConsumableCapacity)
 	counts := map[drausage.PoolID]int{}
-	for id := range pl.victimsFreed(p) {
-		if !taken.Has(id) {
+	for id := range p.freed.Union(p.released) {
+		if !taken.Has(id) && !w.kept.Has(id) {
 			counts[drausage.PoolID{Driver: id.Driver.String(), Pool: id.Pool.String()}]++
 		}
 	}
 	return counts
+}
+
+// keptOf returns the devices a cycle's in-use set holds for no claim.
+func keptOf(view *cycleView) sets.Set[structured.DeviceID] {
+	if view == nil {
+		return nil
+	}
+	return view.seen.kept
 }

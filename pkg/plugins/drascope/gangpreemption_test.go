@@ -1,6 +1,7 @@
 package drascope
 
 import (
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -16,9 +17,10 @@ func gpu(name string) structured.DeviceID {
 	return structured.MakeDeviceID("gpu.example.com", "node-0", name)
 }
 
-// In a pod-group preemption's dry run, the victims' devices leave the
-// in-use set handed to upstream's allocator, except one an earlier member
-// already put in flight: two members must not get the same device.
+// In a pod-group preemption's dry run, the in-use set handed to upstream's
+// allocator loses the victims' devices, those of claims about to be
+// released and those no claim holds, except one an earlier member already
+// put in flight: two members must not get the same device.
 func TestVictimsDevicesLeaveTheInUseSetUnlessInFlight(t *testing.T) {
 	inner := &innerTracker{}
 	m := newDRAManager(&innerManager{claims: inner}, nil, nil, nil)
@@ -29,22 +31,54 @@ func TestVictimsDevicesLeaveTheInUseSetUnlessInFlight(t *testing.T) {
 	if err := m.claims.SignalClaimPendingAllocation(member.UID, member); err != nil {
 		t.Fatal(err)
 	}
+	all := func() sets.Set[structured.DeviceID] { return sets.New(gpu("a"), gpu("b"), gpu("c"), gpu("d"), gpu("e")) }
 	inUse := func() sets.Set[structured.DeviceID] {
-		state := structured.AllocatedState{AllocatedDevices: sets.New(gpu("a"), gpu("b"), gpu("c"), gpu("d"))}
+		state := structured.AllocatedState{AllocatedDevices: all()}
 		m.claims.addWithheld(state, false)
 		return state.AllocatedDevices
 	}
-	if got, want := inUse(), sets.New(gpu("a"), gpu("b"), gpu("c"), gpu("d")); !got.Equal(want) {
-		t.Errorf("outside a dry run: in use %v, want %v", got.UnsortedList(), want.UnsortedList())
+	if got := inUse(); !got.Equal(all()) {
+		t.Errorf("outside a dry run: in use %v, want all five", got.UnsortedList())
 	}
-	freed := sets.New(gpu("a"), gpu("b"), gpu("c"))
-	m.claims.freeing.Store(&freed)
+	m.claims.freeing.Store(&podGroupPreemption{
+		freed:    sets.New(gpu("a"), gpu("b")),
+		released: sets.New(gpu("c")),
+		held:     sets.New(gpu("a"), gpu("b"), gpu("c"), gpu("d")),
+	})
 	if got, want := inUse(), sets.New(gpu("b"), gpu("d")); !got.Equal(want) {
-		t.Errorf("victims hold a, b, c, a member has b in flight: in use %v, want %v", got.UnsortedList(), want.UnsortedList())
+		t.Errorf("victims hold a and b, c is being released, no claim holds e, a member has b in flight: in use %v, want %v", got.UnsortedList(), want.UnsortedList())
 	}
 	m.claims.freeing.Store(nil)
-	if got := inUse(); got.Len() != 4 {
-		t.Errorf("after the member's PreFilter: in use %v, want all four again", got.UnsortedList())
+	if got := inUse(); !got.Equal(all()) {
+		t.Errorf("after the member's PreFilter: in use %v, want all five again", got.UnsortedList())
+	}
+}
+
+// The victims' devices are listed after the others, so that a member takes
+// free devices first; slices without a victim's device are not copied.
+func TestVictimsDevicesAreListedLast(t *testing.T) {
+	slice := func(name string, devices ...string) *resourceapi.ResourceSlice {
+		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.example.com", Pool: resourceapi.ResourcePool{Name: "node-0"}}}
+		for _, d := range devices {
+			s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: d})
+		}
+		return s
+	}
+	untouched := slice("free", "x", "y")
+	listed := []*resourceapi.ResourceSlice{slice("mixed", "a", "b", "c", "d"), untouched}
+	got := victimsLast(listed, &podGroupPreemption{freed: sets.New(gpu("a"), gpu("c"))})
+	var order []string
+	for _, d := range got[0].Spec.Devices {
+		order = append(order, d.Name)
+	}
+	if want := []string{"b", "d", "a", "c"}; !slices.Equal(order, want) {
+		t.Errorf("devices listed %v, want %v", order, want)
+	}
+	if listed[0].Spec.Devices[0].Name != "a" {
+		t.Errorf("the informer's slice was changed")
+	}
+	if got[1] != untouched {
+		t.Errorf("a slice without victims' devices was copied")
 	}
 }
 
@@ -79,6 +113,13 @@ func TestVictimPutBackFailsTheMemberThatChoseItsDevices(t *testing.T) {
 	}
 	if !w.unreinstate(pod("holds-a")) || w.reinstatedConflict() != nil {
 		t.Errorf("taking the victim out again must undo the conflict")
+	}
+	// Partitions of one GPU draw on its counter set: the member chose b,
+	// a victim put back holds c of the same GPU.
+	sameGPU := counterSet{driver: "gpu.example.com", pool: "node-0", name: "gpu-0"}
+	w.dryRun.counters = map[structured.DeviceID]sets.Set[counterSet]{gpu("b"): sets.New(sameGPU), gpu("c"): sets.New(sameGPU)}
+	if !w.reinstate(pod("holds-c")) || w.reinstatedConflict() == nil {
+		t.Errorf("a victim on the counter set of the member's device must stay a victim")
 	}
 	outside := &whatIf{}
 	if outside.reinstate(pod("holds-a")) || outside.reinstatedConflict() != nil {

@@ -67,6 +67,9 @@ type whatIf struct {
 	dryRun     *podGroupPreemption
 	chosen     sets.Set[structured.DeviceID]
 	reinstated sets.Set[types.UID]
+	// kept are the devices in use for no claim (held, withheld), which
+	// the member's allocator never gets.
+	kept sets.Set[structured.DeviceID]
 }
 
 // releasing is a cycle's releaseView, read once.

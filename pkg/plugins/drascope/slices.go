@@ -1,18 +1,21 @@
 package drascope
 
 import (
+	"sync/atomic"
+
 	resourceapi "k8s.io/api/resource/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // ResourceSlices is what upstream's PreFilter lists slices through.
 func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
-	return listedSlices{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, capture: &m.capture, bestFit: m.bestFit, steering: &m.steering}
+	return listedSlices{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, capture: &m.capture, bestFit: m.bestFit, steering: &m.steering, freeing: &m.claims.freeing}
 }
 
 // listedSlices lists the scheduler's slices as upstream's allocator gets
-// them, in three steps: with bestFit, each slice's devices in BestFit
-// order (devicechoice.go); while steering, only the free devices a gang
+// them, in four steps: with bestFit, each slice's devices in BestFit
+// order (devicechoice.go); in a gang's preemption dry run, the victims'
+// devices after the others (gangpreemption.go); while steering, only the free devices a gang
 // plan allows (gangs.go); while ignore is set, every device consuming zero
 // of each counter (adminaccess_counters.go). It hands what it handed out
 // to the cycle's capture.
@@ -22,6 +25,7 @@ type listedSlices struct {
 	capture  *cycleCapture
 	bestFit  *bestFit
 	steering *steering
+	freeing  *atomic.Pointer[podGroupPreemption]
 }
 
 func (l listedSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
@@ -29,6 +33,11 @@ func (l listedSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, 
 	if err == nil && l.bestFit != nil {
 		// Before the counters go: the order reads what devices consume.
 		slices = l.bestFit.order(slices, l.capture)
+	}
+	if err == nil && l.freeing != nil {
+		if p := l.freeing.Load(); p != nil {
+			slices = victimsLast(slices, p)
+		}
 	}
 	if err == nil && l.steering != nil {
 		if allowed := l.steering.allowed.Load(); allowed != nil {
