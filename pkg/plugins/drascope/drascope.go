@@ -56,7 +56,8 @@ type DRAScope struct {
 	manager *draManager
 	// index answers node pruning, scheduler-wide (nil: the pass over
 	// every slice answers, with deviceIDs caching the slices' device IDs);
-	// claimHolders are the nodes' lowest priority of pods holding claims.
+	// claimHolders are the nodes of pods holding claims, by priority
+	// (holders.go).
 	index        *nodeprune.Index
 	deviceIDs    nodeprune.DeviceIDs
 	claimHolders claimHolders
@@ -157,7 +158,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		}
 		handle = &decoratedHandle{Handle: fh, draManager: manager}
 		pl.claims, pl.manager = manager.ResourceClaims(), manager
-		pl.pods = fh.SharedInformerFactory().Core().V1().Pods().Lister()
+		pods := fh.SharedInformerFactory().Core().V1().Pods()
+		pl.pods = pods.Lister()
+		if _, err := pods.Informer().AddEventHandler(pl.claimHolders.handlers()); err != nil {
+			return nil, fmt.Errorf("%s: following pods that hold claims: %w", Name, err)
+		}
 		pl.handle = fh
 		pl.allocating = dryrun.Allocating{
 			Features: dynamicresources.AllocatorFeatures(fts),

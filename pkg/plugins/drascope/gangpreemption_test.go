@@ -31,7 +31,9 @@ func TestVictimsDevicesLeaveTheInUseSetUnlessInFlight(t *testing.T) {
 	if err := m.claims.SignalClaimPendingAllocation(member.UID, member); err != nil {
 		t.Fatal(err)
 	}
-	all := func() sets.Set[structured.DeviceID] { return sets.New(gpu("a"), gpu("b"), gpu("c"), gpu("d"), gpu("e")) }
+	all := func() sets.Set[structured.DeviceID] {
+		return sets.New(gpu("a"), gpu("b"), gpu("c"), gpu("d"), gpu("e"))
+	}
 	inUse := func() sets.Set[structured.DeviceID] {
 		state := structured.AllocatedState{AllocatedDevices: all()}
 		m.claims.addWithheld(state, false)

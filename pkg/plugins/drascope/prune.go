@@ -2,13 +2,11 @@ package drascope
 
 import (
 	"context"
-	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
@@ -50,13 +48,15 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 		InFlight: func(uid types.UID) bool { return tracker.GetPendingAllocation(uid) != nil },
 		IDs:      &pl.deviceIDs,
 	}
+	// The framework's node list holds only nodes with a Node object, and
+	// the snapshot's lookup finds exactly those.
+	has := func(name string) bool {
+		_, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(name)
+		return err == nil
+	}
 	var candidates sets.Set[string]
 	var all bool
 	if pl.index != nil {
-		// The framework's node list holds only nodes with a Node object,
-		// and the snapshot's lookup finds exactly those.
-		snapshot := pl.handle.SnapshotSharedLister().NodeInfos()
-		has := func(name string) bool { _, err := snapshot.Get(name); return err == nil }
 		candidates, all = pl.index.Candidates(claims.toAllocate, classes, pruning, nodeprune.Nodes{Count: len(nodes), Has: has, List: list})
 	} else {
 		candidates, all = nodeprune.Candidates(claims.toAllocate, classes, pruning, list())
@@ -65,7 +65,7 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 		return nil, nil
 	}
 	if mayPreempt(pod) {
-		pl.claimHolders.keepPreemptible(candidates, pod, nodes)
+		pl.claimHolders.keepPreemptible(candidates, pod, has)
 	}
 	if candidates.Len() == len(nodes) {
 		return nil, nil
@@ -134,65 +134,6 @@ const noFreeDevice = "cannot allocate all claims: no node can reach a free devic
 // mayPreempt reports whether the pod may preempt others.
 func mayPreempt(pod *v1.Pod) bool {
 	return pod.Spec.PreemptionPolicy == nil || *pod.Spec.PreemptionPolicy != v1.PreemptNever
-}
-
-// claimHolders remembers, per node, the lowest priority of the pods there
-// that hold claims, with the NodeInfo generation it was read at. A
-// NodeInfo's generation changes whenever its pods do, so a node that did
-// not change costs one map lookup per cycle instead of a pass over its
-// pods (50-100 on production nodes). Safe for concurrent use.
-type claimHolders struct {
-	mu     sync.Mutex
-	byNode map[string]lowestHolder
-}
-
-type lowestHolder struct {
-	generation int64
-	// priority is the lowest priority of a pod holding claims, if any.
-	priority int32
-	any      bool
-}
-
-// keepPreemptible adds the nodes where a pod of lower priority than pod
-// holds claims: preempting it may free devices there.
-func (c *claimHolders) keepPreemptible(candidates sets.Set[string], pod *v1.Pod, nodes []fwk.NodeInfo) {
-	priority := corev1helpers.PodPriority(pod)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.byNode == nil || len(c.byNode) > 2*len(nodes)+16 {
-		// First use, or nodes went away: start over.
-		c.byNode = make(map[string]lowestHolder, len(nodes))
-	}
-	for _, n := range nodes {
-		node := n.Node()
-		if node == nil || candidates.Has(node.Name) {
-			continue
-		}
-		h, ok := c.byNode[node.Name]
-		if !ok || h.generation != n.GetGeneration() {
-			h = lowestHolderOn(n)
-			c.byNode[node.Name] = h
-		}
-		if h.any && h.priority < priority {
-			candidates.Insert(node.Name)
-		}
-	}
-}
-
-// lowestHolderOn reads the lowest priority of the node's pods that hold
-// claims.
-func lowestHolderOn(n fwk.NodeInfo) lowestHolder {
-	h := lowestHolder{generation: n.GetGeneration()}
-	for _, p := range n.GetPods() {
-		other := p.GetPod()
-		if len(other.Spec.ResourceClaims) == 0 {
-			continue
-		}
-		if prio := corev1helpers.PodPriority(other); !h.any || prio < h.priority {
-			h.priority, h.any = prio, true
-		}
-	}
-	return h
 }
 
 // requestsExtendedResources reports whether a container of the pod asks for

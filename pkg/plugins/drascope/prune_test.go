@@ -12,14 +12,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/klog/v2"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 )
 
 func podWith(name string, priority int32, claims bool) *v1.Pod {
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: v1.PodSpec{Priority: ptr.To(priority)}}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)}, Spec: v1.PodSpec{Priority: ptr.To(priority)}}
 	if claims {
 		pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu")}}
 	}
@@ -35,12 +35,13 @@ func nodeInfo(name string, pods ...*v1.Pod) fwk.NodeInfo {
 // Pruning keeps, for a pod that may preempt, the nodes where pods of lower
 // priority hold claims: DRA-aware preemption must reach them.
 func TestPruningKeepsNodesWithLowerPriorityClaims(t *testing.T) {
-	nodes := []fwk.NodeInfo{
-		nodeInfo("free"),
-		nodeInfo("batch", podWith("training", 0, true)),
-		nodeInfo("peers", podWith("inference", 100, true)),
-		nodeInfo("no-claims", podWith("web", 0, false)),
-	}
+	holders := holdersOf(map[string][]*v1.Pod{
+		"batch":     {podWith("training", 0, true)},
+		"peers":     {podWith("inference", 100, true)},
+		"no-claims": {podWith("web", 0, false)},
+		"gone":      {podWith("orphan", 0, true)},
+	})
+	inSnapshot := sets.New("free", "batch", "peers", "no-claims").Has
 	for name, tc := range map[string]struct {
 		pod  *v1.Pod
 		want []string
@@ -56,7 +57,7 @@ func TestPruningKeepsNodesWithLowerPriorityClaims(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			candidates := sets.New("free")
 			if mayPreempt(tc.pod) {
-				(&claimHolders{}).keepPreemptible(candidates, tc.pod, nodes)
+				holders.keepPreemptible(candidates, tc.pod, inSnapshot)
 			}
 			if !candidates.Equal(sets.New(tc.want...)) {
 				t.Errorf("candidates %v, want %v", sets.List(candidates), tc.want)
@@ -128,39 +129,63 @@ func TestPruningOnlyForClaimsUpstreamAllocates(t *testing.T) {
 	}
 }
 
-// newKeepPreemptible is keepPreemptible as the plugin runs it, across
-// cycles.
-func newKeepPreemptible() func(sets.Set[string], *v1.Pod, []fwk.NodeInfo) {
-	return (&claimHolders{}).keepPreemptible
+// holdersOf records pods bound to nodes, by node.
+func holdersOf(byNode map[string][]*v1.Pod) *claimHolders {
+	holders := &claimHolders{}
+	for node, pods := range byNode {
+		for _, pod := range pods {
+			pod.Spec.NodeName = node
+			holders.set(pod)
+		}
+	}
+	return holders
 }
 
-// The nodes' lowest claim-holder priorities are remembered across cycles,
-// and read again when a node's pods change: a holder of lower priority
-// that arrives on a node makes it kept from then on, and one that leaves
-// makes it pruned again.
-func TestClaimHoldersFollowTheNodesPods(t *testing.T) {
+// The holders follow the pod informer's events: a lower-priority holder
+// bound to a node makes it kept; one that moves, stops using claims or is
+// deleted (also through a tombstone) no longer does; nodes the snapshot
+// does not know are never added.
+func TestClaimHoldersFollowPodEvents(t *testing.T) {
 	holders := &claimHolders{}
+	events := holders.handlers()
 	urgent := podWith("urgent", 100, true)
-	peer := framework.NewNodeInfo(podWith("inference", 100, true))
-	peer.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "peer"}})
-	kept := func() bool {
+	kept := func() []string {
 		candidates := sets.New[string]()
-		holders.keepPreemptible(candidates, urgent, []fwk.NodeInfo{peer})
-		return candidates.Has("peer")
+		holders.keepPreemptible(candidates, urgent, sets.New("peer", "other").Has)
+		return sets.List(candidates)
 	}
-	if kept() {
-		t.Fatal("a node of peers only was kept")
+	peer := podWith("inference", 100, true)
+	peer.Spec.NodeName = "peer"
+	events.OnAdd(peer, false)
+	pending := podWith("training", 0, true)
+	events.OnAdd(pending, false)
+	if got := kept(); len(got) != 0 {
+		t.Fatalf("kept %v for peers and a pending pod, want nothing", got)
 	}
-	training := podWith("training", 0, true)
-	training.UID = "uid-training"
-	peer.AddPod(training)
-	if !kept() {
-		t.Fatal("a node where a lower-priority holder arrived was not kept")
+	bound := pending.DeepCopy()
+	bound.Spec.NodeName = "peer"
+	events.OnUpdate(pending, bound)
+	if got := kept(); !slices.Equal(got, []string{"peer"}) {
+		t.Fatalf("kept %v once a lower-priority holder was bound to peer, want [peer]", got)
 	}
-	if err := peer.RemovePod(klog.Background(), training); err != nil {
-		t.Fatal(err)
+	elsewhere := podWith("elsewhere", 0, true)
+	elsewhere.Spec.NodeName = "not-in-snapshot"
+	events.OnAdd(elsewhere, false)
+	if got := kept(); !slices.Equal(got, []string{"peer"}) {
+		t.Fatalf("kept %v with a holder on a node the snapshot lacks, want [peer]", got)
 	}
-	if kept() {
-		t.Error("a node whose lower-priority holder left was still kept")
+	noClaims := bound.DeepCopy()
+	noClaims.Spec.ResourceClaims = nil
+	events.OnUpdate(bound, noClaims)
+	if got := kept(); len(got) != 0 {
+		t.Fatalf("kept %v after the holder's update dropped its claims, want nothing", got)
+	}
+	events.OnUpdate(noClaims, bound)
+	events.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/training", Obj: bound})
+	if got := kept(); len(got) != 0 {
+		t.Errorf("kept %v after the holder's deletion, want nothing", got)
+	}
+	if len(holders.pods) != 2 || len(holders.byPriority) != 2 {
+		t.Errorf("holders hold %d pods at %d priorities, want the two left (inference, elsewhere)", len(holders.pods), len(holders.byPriority))
 	}
 }
