@@ -3,6 +3,7 @@ package tools
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,9 +190,14 @@ func TestChartDefaultsRenderTheManifests(t *testing.T) {
 
 // replaceKubeScheduler serves config-two-profiles.yaml, as the README's
 // kustomize change does, and routes no pods: this one process serves
-// default-scheduler too.
+// default-scheduler too. Gangs are still disrupted whole.
 func TestChartReplaceModeRendersTwoProfiles(t *testing.T) {
 	want := normalized(t, kustomized(t))
+	gangs, err := os.ReadFile(filepath.Join(repoRoot, "manifests/admission/gangs-disrupted-whole-policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(want, normalized(t, objects(t, gangs)))
 	data, err := os.ReadFile(filepath.Join(repoRoot, "manifests/scheduler/config-two-profiles.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +254,7 @@ func TestChartPluginValues(t *testing.T) {
 // Each optional part can be left out, and monitoring put in; the objects
 // put in are those of manifests/monitoring.
 func TestChartOptionalParts(t *testing.T) {
-	off := render(t, "admissionPolicies.deviceTaintRules=false", "admissionPolicies.routeDRAPods=false", "resourcePoolReaderRole=false")
+	off := render(t, "admissionPolicies.deviceTaintRules=false", "admissionPolicies.routeDRAPods=false", "admissionPolicies.gangsDisruptedWhole=false", "resourcePoolReaderRole=false")
 	for key := range off {
 		if strings.Contains(key, "AdmissionPolicy") || strings.Contains(key, "resourcepool-reader") {
 			t.Errorf("%s rendered with its value off", key)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingapi "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -91,5 +92,78 @@ func TestAdmissionPolicyRoutesDRAPods(t *testing.T) {
 	s.createPod(plain)
 	if got := s.getPod("no-claims").Spec.SchedulerName; got != v1.DefaultSchedulerName {
 		t.Errorf("pod without claims: schedulerName %q, want %q", got, v1.DefaultSchedulerName)
+	}
+}
+
+// manifests/admission/gangs-disrupted-whole-policy.yaml gives gang
+// PodGroups disruptionMode all, so that preemption evicts a gang whole or
+// not at all; a gang annotated to be disrupted pod by pod, a basic
+// PodGroup, and those of an opted-out namespace keep the default, single.
+func TestAdmissionPolicyDisruptsGangsWhole(t *testing.T) {
+	const policy, binding = "drascope-gangs-disrupted-whole", "drascope-gangs-disrupted-whole"
+	s := newScenario(t, nil)
+	if err := env.cp.ApplyFile(s.ctx, filepath.Join(repoRoot, "manifests/admission/gangs-disrupted-whole-policy.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = env.client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Delete(ctx, binding, metav1.DeleteOptions{})
+		_ = env.client.AdmissionregistrationV1().MutatingAdmissionPolicies().Delete(ctx, policy, metav1.DeleteOptions{})
+	})
+	gang := schedulingapi.PodGroupSchedulingPolicy{Gang: &schedulingapi.GangSchedulingPolicy{MinCount: 2}}
+	mode := func(group *schedulingapi.PodGroup) string {
+		switch d := group.Spec.DisruptionMode; {
+		case d == nil:
+			return "unset"
+		case d.All != nil:
+			return "all"
+		case d.Single != nil:
+			return "single"
+		}
+		return "empty"
+	}
+	// The apiserver loads policies through an informer: wait until a dry
+	// run shows this one in force.
+	var last string
+	if err := wait.PollUntilContextTimeout(s.ctx, 200*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		probe := &schedulingapi.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Spec: schedulingapi.PodGroupSpec{SchedulingPolicy: gang}}
+		created, err := env.client.SchedulingV1beta1().PodGroups(s.namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = "disruptionMode " + mode(created)
+		return last == "disruptionMode all", nil
+	}); err != nil {
+		t.Fatalf("the policy did not give a dry-run gang disruptionMode all within %v: last %s", waitTimeout, last)
+	}
+
+	single := &schedulingapi.DisruptionMode{Single: &schedulingapi.SingleDisruptionMode{}}
+	s.addPodGroupSpec("gang", schedulingapi.PodGroupSpec{SchedulingPolicy: gang})
+	s.addPodGroupSpec("gang-naming-single", schedulingapi.PodGroupSpec{SchedulingPolicy: gang, DisruptionMode: single})
+	s.addPodGroupSpec("basic", schedulingapi.PodGroupSpec{SchedulingPolicy: schedulingapi.PodGroupSchedulingPolicy{Basic: &schedulingapi.BasicSchedulingPolicy{}}})
+	if _, err := env.client.SchedulingV1beta1().PodGroups(s.namespace).Create(s.ctx, &schedulingapi.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-by-pod", Annotations: map[string]string{"drascope.dev/disruption-mode": "single"}},
+		Spec:       schedulingapi.PodGroupSpec{SchedulingPolicy: gang},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.deletePodGroup("pod-by-pod") })
+	optedOut := newScenario(t, map[string]string{"drascope.dev/gangs-disrupted-whole": "false"})
+	optedOut.addPodGroupSpec("gang", schedulingapi.PodGroupSpec{SchedulingPolicy: gang})
+	for _, c := range []struct {
+		s          *scenario
+		name, want string
+	}{
+		{s, "gang", "all"},
+		// Defaulting runs first: naming single looks like leaving it out.
+		{s, "gang-naming-single", "all"},
+		{s, "pod-by-pod", "single"},
+		{s, "basic", "single"},
+		{optedOut, "gang", "single"},
+	} {
+		if got := mode(c.s.getPodGroup(c.name)); got != c.want {
+			t.Errorf("PodGroup %s/%s: disruptionMode %s, want %s", c.s.namespace, c.name, got, c.want)
+		}
 	}
 }
