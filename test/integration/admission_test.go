@@ -20,18 +20,8 @@ import (
 // naming another scheduler, and a pod in a namespace that opted out keep
 // theirs.
 func TestAdmissionPolicyRoutesDRAPods(t *testing.T) {
-	const policy, binding = "drascope-route-dra-pods", "drascope-route-dra-pods"
 	s := newScenario(t, nil)
-	if err := env.cp.ApplyFile(s.ctx, filepath.Join(repoRoot, "manifests/admission/route-dra-pods-policy.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	// Cluster-wide while it exists: the other tests name their scheduler,
-	// but none should run beside a policy it does not know of.
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = env.client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Delete(ctx, binding, metav1.DeleteOptions{})
-		_ = env.client.AdmissionregistrationV1().MutatingAdmissionPolicies().Delete(ctx, policy, metav1.DeleteOptions{})
-	})
+	s.applyAdmissionPolicy("route-dra-pods-policy.yaml", "drascope-route-dra-pods")
 	s.addNode("gpus", 1)
 	s.addClaimTemplate("gpu", false)
 	optedOut := newScenario(t, map[string]string{"drascope.dev/route-dra-pods": "false"})
@@ -100,16 +90,8 @@ func TestAdmissionPolicyRoutesDRAPods(t *testing.T) {
 // not at all; a gang annotated to be disrupted pod by pod, a basic
 // PodGroup, and those of an opted-out namespace keep the default, single.
 func TestAdmissionPolicyDisruptsGangsWhole(t *testing.T) {
-	const policy, binding = "drascope-gangs-disrupted-whole", "drascope-gangs-disrupted-whole"
 	s := newScenario(t, nil)
-	if err := env.cp.ApplyFile(s.ctx, filepath.Join(repoRoot, "manifests/admission/gangs-disrupted-whole-policy.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = env.client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Delete(ctx, binding, metav1.DeleteOptions{})
-		_ = env.client.AdmissionregistrationV1().MutatingAdmissionPolicies().Delete(ctx, policy, metav1.DeleteOptions{})
-	})
+	s.applyAdmissionPolicy("gangs-disrupted-whole-policy.yaml", "drascope-gangs-disrupted-whole")
 	gang := schedulingapi.PodGroupSchedulingPolicy{Gang: &schedulingapi.GangSchedulingPolicy{MinCount: 2}}
 	mode := func(group *schedulingapi.PodGroup) string {
 		switch d := group.Spec.DisruptionMode; {
@@ -149,6 +131,7 @@ func TestAdmissionPolicyDisruptsGangsWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.deletePodGroup("pod-by-pod") })
+	s.addPodGroupSpec("from-a-workload", schedulingapi.PodGroupSpec{SchedulingPolicy: gang, WorkloadRef: &schedulingapi.WorkloadReference{WorkloadName: "trainer", TemplateName: "workers"}})
 	optedOut := newScenario(t, map[string]string{"drascope.dev/gangs-disrupted-whole": "false"})
 	optedOut.addPodGroupSpec("gang", schedulingapi.PodGroupSpec{SchedulingPolicy: gang})
 	for _, c := range []struct {
@@ -160,10 +143,27 @@ func TestAdmissionPolicyDisruptsGangsWhole(t *testing.T) {
 		{s, "gang-naming-single", "all"},
 		{s, "pod-by-pod", "single"},
 		{s, "basic", "single"},
+		{s, "from-a-workload", "single"},
 		{optedOut, "gang", "single"},
 	} {
 		if got := mode(c.s.getPodGroup(c.name)); got != c.want {
 			t.Errorf("PodGroup %s/%s: disruptionMode %s, want %s", c.s.namespace, c.name, got, c.want)
 		}
 	}
+}
+
+// applyAdmissionPolicy applies a file of manifests/admission holding a
+// MutatingAdmissionPolicy and its binding, both named name, and deletes
+// them when the test ends: cluster-wide while they exist, so none should
+// outlive the test that knows of it.
+func (s *scenario) applyAdmissionPolicy(file, name string) {
+	s.t.Helper()
+	if err := env.cp.ApplyFile(s.ctx, filepath.Join(repoRoot, "manifests/admission", file)); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() {
+		ctx := context.Background()
+		_ = env.client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = env.client.AdmissionregistrationV1().MutatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
+	})
 }

@@ -55,18 +55,16 @@ func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.P
 	if status.IsSuccess() && len(pod.Spec.ResourceClaims) > 0 {
 		// A holder from now on, before the informer sees it bound
 		// (holders.go).
-		reserved := *pod
-		reserved.Spec.NodeName = nodeName
-		pl.claimHolders.set(&reserved)
+		pl.claimHolders.reserve(pod, nodeName)
 	}
 	return status
 }
 
-// Unreserve runs upstream's, and forgets the pod as a holder: it is not
-// bound.
+// Unreserve runs upstream's, and forgets the pod as a holder Reserve
+// recorded: it is not bound.
 func (pl *DRAScope) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	pl.DynamicResources.Unreserve(ctx, state, pod, nodeName)
-	pl.claimHolders.forget(pod.UID)
+	pl.claimHolders.unreserve(pod.UID)
 }
 
 // PreBind marks the pod's in-flight allocations as being written, then

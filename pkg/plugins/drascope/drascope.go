@@ -160,9 +160,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		pl.claims, pl.manager = manager.ResourceClaims(), manager
 		pods := fh.SharedInformerFactory().Core().V1().Pods()
 		pl.pods = pods.Lister()
-		if _, err := pods.Informer().AddEventHandler(pl.claimHolders.handlers()); err != nil {
+		registration, err := pods.Informer().AddEventHandler(pl.claimHolders.handlers())
+		if err != nil {
 			return nil, fmt.Errorf("%s: following pods that hold claims: %w", Name, err)
 		}
+		pl.claimHolders.synced = registration.HasSynced
 		pl.handle = fh
 		pl.allocating = dryrun.Allocating{
 			Features: dynamicresources.AllocatorFeatures(fts),

@@ -20,31 +20,65 @@ import (
 // The informer lags the snapshot by the pods the scheduler assumed and has
 // not seen bound yet, for as long as their binding takes (PreBind writes
 // their claims first). Reserve records this profile's pods at once, and
-// Unreserve forgets them (claimwrites.go); a pod another profile of the
+// only Unreserve or the pod's bound or deleted state ends such a record:
+// the informer's events for the pod still unbound (upstream patches its
+// nominatedNodeName before PreBind) leave it. A pod another profile of the
 // process reserved counts from its binding event on, as a pod bound by
-// another scheduler does. Safe for concurrent use.
+// another scheduler does. Until the handler has seen the informer's first
+// list (synced), nothing is known: pruning then keeps every node for a pod
+// that may preempt (prune.go). Safe for concurrent use.
 type claimHolders struct {
 	mu   sync.RWMutex
 	pods map[types.UID]claimHolder
 	// byPriority counts, per priority and node, the pods holding claims.
 	byPriority map[int32]map[string]int
+	// synced reports whether the handler has seen the informer's first
+	// list; nil: always (tests).
+	synced func() bool
 }
 
 type claimHolder struct {
 	node     string
 	priority int32
+	// reserved: recorded by Reserve, not yet seen bound.
+	reserved bool
 }
 
-// set records a pod as it is now: a holder when it is bound to a node and
-// uses claims, otherwise none.
+// set records a pod as the informer shows it: a holder when it is bound to
+// a node and uses claims. An unbound pod that Reserve recorded stays
+// recorded.
 func (c *claimHolders) set(pod *v1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.forgetLocked(pod.UID)
-	if pod.Spec.NodeName == "" || len(pod.Spec.ResourceClaims) == 0 {
+	if pod.Spec.NodeName == "" && c.pods[pod.UID].reserved {
 		return
 	}
-	h := claimHolder{node: pod.Spec.NodeName, priority: corev1helpers.PodPriority(pod)}
+	c.setLocked(pod, pod.Spec.NodeName, false)
+}
+
+// reserve records a pod Reserve placed on node.
+func (c *claimHolders) reserve(pod *v1.Pod, node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setLocked(pod, node, true)
+}
+
+// unreserve forgets a pod Reserve recorded, unless the informer has seen
+// it bound meanwhile (a binding that succeeded although its call failed).
+func (c *claimHolders) unreserve(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pods[uid].reserved {
+		c.forgetLocked(uid)
+	}
+}
+
+func (c *claimHolders) setLocked(pod *v1.Pod, node string, reserved bool) {
+	c.forgetLocked(pod.UID)
+	if node == "" || len(pod.Spec.ResourceClaims) == 0 {
+		return
+	}
+	h := claimHolder{node: node, priority: corev1helpers.PodPriority(pod), reserved: reserved}
 	if c.pods == nil {
 		c.pods, c.byPriority = map[types.UID]claimHolder{}, map[int32]map[string]int{}
 	}
@@ -75,6 +109,11 @@ func (c *claimHolders) forgetLocked(uid types.UID) {
 	if len(nodes) == 0 {
 		delete(c.byPriority, h.priority)
 	}
+}
+
+// known reports whether the holders follow the informer yet.
+func (c *claimHolders) known() bool {
+	return c.synced == nil || c.synced()
 }
 
 // keepPreemptible adds the nodes (those has knows) where a pod of lower

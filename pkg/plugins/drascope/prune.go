@@ -65,6 +65,11 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 		return nil, nil
 	}
 	if mayPreempt(pod) {
+		if !pl.claimHolders.known() {
+			// Which nodes pods of lower priority hold devices on is
+			// not known yet: prune nothing rather than hide them.
+			return nil, nil
+		}
 		pl.claimHolders.keepPreemptible(candidates, pod, has)
 	}
 	if candidates.Len() == len(nodes) {

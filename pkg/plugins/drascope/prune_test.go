@@ -189,3 +189,47 @@ func TestClaimHoldersFollowPodEvents(t *testing.T) {
 		t.Errorf("holders hold %d pods at %d priorities, want the two left (inference, elsewhere)", len(holders.pods), len(holders.byPriority))
 	}
 }
+
+// A pod Reserve placed counts at once and stays counted through the
+// informer's events for it still unbound (upstream patches its
+// nominatedNodeName before PreBind), until Unreserve; Unreserve leaves a
+// pod the informer has seen bound (its binding went through although the
+// call failed). Until the handler synced, the holders are not known.
+func TestReservedHolderOutlivesUnboundEvents(t *testing.T) {
+	synced := false
+	holders := &claimHolders{synced: func() bool { return synced }}
+	events := holders.handlers()
+	urgent := podWith("urgent", 100, true)
+	kept := func() bool {
+		candidates := sets.New[string]()
+		holders.keepPreemptible(candidates, urgent, sets.New("node").Has)
+		return candidates.Has("node")
+	}
+	if holders.known() {
+		t.Fatal("holders known before the informer's first list")
+	}
+	synced = true
+	training := podWith("training", 0, true)
+	holders.reserve(training, "node")
+	if !kept() {
+		t.Fatal("a reserved lower-priority holder did not keep its node")
+	}
+	nominated := training.DeepCopy()
+	nominated.Status.NominatedNodeName = "node"
+	events.OnUpdate(training, nominated)
+	if !kept() {
+		t.Fatal("the informer's event for the pod still unbound erased its reservation")
+	}
+	holders.unreserve(training.UID)
+	if kept() {
+		t.Fatal("an unreserved pod still kept its node")
+	}
+	holders.reserve(training, "node")
+	bound := nominated.DeepCopy()
+	bound.Spec.NodeName = "node"
+	events.OnUpdate(nominated, bound)
+	holders.unreserve(training.UID)
+	if !kept() {
+		t.Error("Unreserve forgot a pod the informer had seen bound")
+	}
+}
