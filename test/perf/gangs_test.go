@@ -59,10 +59,8 @@ func countGangs(ctx context.Context, client kubernetes.Interface, entry *results
 		}
 		g.bound++
 		entry.GangMembersPlaced++
-		for _, c := range pod.Status.Conditions {
-			if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue && c.LastTransitionTime.After(last) {
-				last = c.LastTransitionTime.Time
-			}
+		if at := scheduledAt(&pod); at.After(last) {
+			last = at
 		}
 	}
 	for _, g := range gangs {

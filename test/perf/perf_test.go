@@ -392,10 +392,8 @@ func countUrgentPods(ctx context.Context, client kubernetes.Interface, entry *re
 			continue
 		}
 		entry.UrgentPodsPlaced++
-		for _, c := range pod.Status.Conditions {
-			if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue && c.LastTransitionTime.After(last) {
-				last = c.LastTransitionTime.Time
-			}
+		if at := scheduledAt(&pod); at.After(last) {
+			last = at
 		}
 	}
 	if !last.IsZero() {
@@ -404,6 +402,17 @@ func countUrgentPods(ctx context.Context, client kubernetes.Interface, entry *re
 	victims, err := histogramSum("scheduler_preemption_victims")
 	entry.Victims = int(victims - victimsBefore)
 	return err
+}
+
+// scheduledAt is when the pod's PodScheduled condition turned true (1 s
+// resolution); zero when it has not.
+func scheduledAt(pod *v1.Pod) time.Time {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 // metricsBefore are the process-wide metrics a run counts from.

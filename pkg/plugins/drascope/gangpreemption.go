@@ -199,16 +199,14 @@ func (pl *DRAScope) freeVictimsDevices(ctx context.Context, pod *v1.Pod, claims 
 }
 
 // mayFollowDevices reports whether a what-if can follow the devices of the
-// pod's claims (newWhatIf's conditions, known before upstream's PreFilter).
+// pod's claims: takeCycleView's and newWhatIf's conditions, as far as
+// they are known before upstream's PreFilter.
 func (pl *DRAScope) mayFollowDevices(pod *v1.Pod, claims *podClaims) bool {
-	if !pl.enabled || pl.allocating.Classes == nil || pl.nodeAllocatableResources {
-		return false
-	}
-	if claims.unknown > 0 || claims.allocated > 0 || len(claims.toAllocate) == 0 || requestsExtendedResources(pod) {
+	if !pl.enabled || !allToAllocate(pod, claims) || !pl.dryRunAllocates(claims.toAllocate) {
 		return false
 	}
 	for _, claim := range claims.toAllocate {
-		if firstAdminAccessRequest(claim) != "" || pl.claims.GetPendingAllocation(claim.UID) != nil {
+		if pl.claims.GetPendingAllocation(claim.UID) != nil {
 			return false
 		}
 	}

@@ -138,16 +138,8 @@ func whatIfIn(state fwk.CycleState) *whatIf {
 // newWhatIf keeps, for a pod whose claims are all still to allocate and
 // ask for no admin access, what this cycle's allocator was built from.
 func (pl *DRAScope) newWhatIf(view *cycleView, claims *podClaims) *whatIf {
-	if view == nil || pl.allocating.Classes == nil || pl.nodeAllocatableResources {
-		// With DRANodeAllocatableResources (alpha), upstream's Filter also
-		// checks node-allocatable resources mapped to devices, which a
-		// dry run does not: no preemption for devices then.
+	if view == nil || !pl.dryRunAllocates(claims.toAllocate) {
 		return nil
-	}
-	for _, claim := range claims.toAllocate {
-		if firstAdminAccessRequest(claim) != "" {
-			return nil
-		}
 	}
 	state := view.seen.state
 	if state.AllocatedSharedDeviceIDs == nil {
@@ -162,6 +154,23 @@ func (pl *DRAScope) newWhatIf(view *cycleView, claims *podClaims) *whatIf {
 		removed:   map[types.UID]*v1.Pod{},
 		releasing: &releasing{},
 	}
+}
+
+// dryRunAllocates reports whether a dry run (pkg/dryrun) allocates the
+// claims as upstream's Filter would. With DRANodeAllocatableResources
+// (alpha), upstream's Filter also checks node-allocatable resources mapped
+// to devices, which a dry run does not: no preemption for devices then;
+// nor for claims asking for admin access, which hold no device.
+func (pl *DRAScope) dryRunAllocates(claims []*resourceapi.ResourceClaim) bool {
+	if pl.allocating.Classes == nil || pl.nodeAllocatableResources {
+		return false
+	}
+	for _, claim := range claims {
+		if firstAdminAccessRequest(claim) != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // PreFilterExtensions makes DRAScope part of preemption's dry runs and of

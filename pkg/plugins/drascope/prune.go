@@ -106,10 +106,18 @@ func (pl *DRAScope) takeCycleView(pod *v1.Pod, claims *podClaims) *cycleView {
 		// Upstream built no allocator this cycle.
 		return nil
 	}
-	if claims.unknown > 0 || claims.allocated > 0 || len(claims.toAllocate) == 0 || requestsExtendedResources(pod) || !pl.claimsUnchanged(claims) {
+	if !allToAllocate(pod, claims) || !pl.claimsUnchanged(claims) {
 		return nil
 	}
 	return &cycleView{seen: seen, slices: slices}
+}
+
+// allToAllocate reports whether every claim of the pod is known and still
+// to allocate, and the pod asks for no extended resources (which DRA or a
+// device plugin may serve): the pods whose devices node pruning and the
+// dry runs can follow.
+func allToAllocate(pod *v1.Pod, claims *podClaims) bool {
+	return claims.unknown == 0 && claims.allocated == 0 && len(claims.toAllocate) > 0 && !requestsExtendedResources(pod)
 }
 
 // claimsUnchanged reports whether the claims DRAScope read before upstream's
