@@ -244,8 +244,11 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	}
 	r.informers = h.SharedInformerFactory()
 	r.waiting = newWaitingPods(h)
+	if _, err := r.informers.Core().V1().Pods().Informer().AddEventHandler(r.waiting.handlers()); err != nil {
+		return fmt.Errorf("pods waiting for a withheld or held device: %w", err)
+	}
 	r.holds = &releasehold.Holds{}
-	r.holds.Start(ctx, releasehold.FromAPI(h.ClientSet()))
+	r.holds.Start(ctx, releasehold.FromAPI(h.ClientSet()), r.holdFreed)
 	if err := r.startSideCache(ctx, args); err != nil {
 		return err
 	}
@@ -356,9 +359,6 @@ func (r *Runtime) startHealth(ctx context.Context, h Handle, args *config.DRASco
 		return fmt.Errorf("device health: %w", err)
 	}
 	pods := r.informers.Core().V1().Pods().Informer()
-	if _, err := pods.AddEventHandler(r.waiting.handlers()); err != nil {
-		return fmt.Errorf("pods waiting for a withheld device: %w", err)
-	}
 	terminal, err := health.NewTerminalPodInformer(h.ClientSet())
 	if err != nil {
 		return err
@@ -568,6 +568,20 @@ func (r *Runtime) RetryWhenDeviceRecovers(pod *v1.Pod) {
 	r.waiting.add(pod)
 }
 
+// RetryWhenHoldEnds remembers a pod that was scheduled while release holds
+// kept devices in use, to retry it when a check frees one. Upstream's
+// queueing hints cannot: the claim of a released allocation that was never
+// written does not change, so no event announces the free device, and a
+// pod refused for it would wait for the queue's flush (five minutes).
+func (r *Runtime) RetryWhenHoldEnds(pod *v1.Pod) {
+	r.waiting.add(pod)
+}
+
+// holdFreed retries the waiting pods when a release hold ends.
+func (r *Runtime) holdFreed(logger klog.Logger) {
+	r.waiting.activate(logger, "A released allocation's devices are free again, retrying the pods that waited for one")
+}
+
 // deviceHealth is the health cache's report in the form the counting rules
 // ask for it.
 func (r *Runtime) deviceHealth(pool drausage.PoolID, device string) drausage.DeviceHealth {
@@ -653,7 +667,7 @@ func (r *Runtime) healthChanged(logger klog.Logger, devices []health.Device) {
 	}
 	r.pools.Invalidate(pools...)
 	if recovered {
-		r.waiting.activate(logger)
+		r.waiting.activate(logger, "A withheld device is no longer Unhealthy, retrying the pods that waited for one")
 	}
 }
 

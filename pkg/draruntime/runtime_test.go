@@ -252,6 +252,49 @@ func TestRuntimeWiring(t *testing.T) {
 	}
 }
 
+// TestHoldFreedRetriesWaitingPods: a pod scheduled while a release hold
+// kept a device in use is retried when the hold's check finds the released
+// allocation never written, under every device health policy (Ignore
+// here): the claim does not change, so no informer event would retry it,
+// and it would wait for the scheduling queue's five-minute flush with the
+// device free (TestAPIServerRestartMidBurst: 2 of 80 pods left pending).
+func TestHoldFreedRetriesWaitingPods(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	h := newHandle("drascope-scheduler", client, factory)
+	args := defaults()
+	args.DeviceHealth.Policy = config.DeviceHealthIgnore
+	rt := New()
+	if err := rt.Join(ctx, h, args); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	// Unreserve released the claim's allocation after PreBind began; the
+	// write failed, and the API has the claim as the scheduler saw it.
+	created, err := client.ResourceV1().ResourceClaims("training").Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "training", Name: "trainer-gpu", UID: "claim-uid"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "training", Name: "waiting", UID: "waiting-uid"}}
+	rt.RetryWhenHoldEnds(waiting)
+	rt.Holds().Released(created.UID, &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "gpu", Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-0"},
+	}}})
+	rt.Holds().Restored(created)
+	waitFor(ctx, t, "the waiting pod to be retried", func() bool {
+		a := h.activated()
+		return len(a) == 1 && a[0]["training/waiting"] == waiting
+	})
+	if got := rt.waiting.len(); got != 0 {
+		t.Errorf("%d pods still waiting after the retry", got)
+	}
+}
+
 // podReporting is a running pod whose container reports one device's
 // health, as kubelet writes it (KEP-4680).
 func podReporting(device string, status v1.ResourceHealthStatus) *v1.Pod {
@@ -338,11 +381,11 @@ func TestWaitingPodsAreActivatedOnce(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
 	a := &activations{}
 	w := newWaitingPods(a)
-	w.activate(logger) // nobody waits: no call
+	w.activate(logger, "test") // nobody waits: no call
 	w.add(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "1"}})
 	w.add(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "1"}})
-	w.activate(logger)
-	w.activate(logger)
+	w.activate(logger, "test")
+	w.activate(logger, "test")
 	if got := a.activated(); len(got) != 1 || len(got[0]) != 1 || got[0]["ns/p"] == nil {
 		t.Errorf("activations %v, want ns/p once", got)
 	}

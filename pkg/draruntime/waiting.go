@@ -13,8 +13,10 @@ import (
 )
 
 // waitingPods are the pods refused while devices were withheld as
-// Unhealthy; they are retried when a device recovers, even when no API
-// event announces it (the end of a hold time).
+// Unhealthy, or scheduled while release holds kept devices in use; they are
+// retried when a device recovers or a hold ends, which no API event
+// announces (the end of a hold time; a released allocation found never
+// written).
 type waitingPods struct {
 	activator fwk.PodActivator
 	mu        sync.Mutex
@@ -65,7 +67,7 @@ func (w *waitingPods) add(pod *v1.Pod) {
 // activate retries every waiting pod and forgets them: a pod refused again
 // is added again by Filter. Pods that were deleted or scheduled meanwhile
 // are ignored by the scheduling queue, which every profile shares.
-func (w *waitingPods) activate(logger klog.Logger) {
+func (w *waitingPods) activate(logger klog.Logger, why string) {
 	w.mu.Lock()
 	if len(w.pods) == 0 {
 		w.mu.Unlock()
@@ -77,6 +79,6 @@ func (w *waitingPods) activate(logger klog.Logger) {
 	}
 	clear(w.pods)
 	w.mu.Unlock()
-	logger.V(3).Info("A withheld device is no longer Unhealthy, retrying the pods that waited for one", "pods", len(pods))
+	logger.V(3).Info(why, "pods", len(pods))
 	w.activator.Activate(logger, pods)
 }

@@ -43,9 +43,9 @@ import (
 type hold struct {
 	namespace, name, resourceVersion string
 	devices                          heldDevices
-	// unwritten is set when the API showed the claim at resourceVersion:
-	// the released allocation was never written.
-	unwritten bool
+	// free is set when the API showed the claim at resourceVersion (the
+	// released allocation was never written) or showed it gone.
+	free bool
 }
 
 // VersionReader reads a claim's resource version from the API (a quorum
@@ -84,14 +84,27 @@ type Holds struct {
 	// read checks a hold against the API; nil holds until the view moves.
 	read VersionReader
 	ctx  context.Context
+	// freed is called when a check frees a hold's devices.
+	freed func(klog.Logger)
 }
 
 // Start makes every later hold be checked against the API with read, until
-// ctx ends.
-func (h *Holds) Start(ctx context.Context, read VersionReader) {
+// ctx ends. freed, when not nil, is called each time a check finds a held
+// allocation free (never written, or its claim gone): no informer event
+// announces that, since the scheduler's view of the claim does not change,
+// so the pods refused while it was held must be retried by the caller.
+func (h *Holds) Start(ctx context.Context, read VersionReader, freed func(klog.Logger)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.ctx, h.read = ctx, read
+	h.ctx, h.read, h.freed = ctx, read, freed
+}
+
+// Holding reports whether any device is held, or may be as soon as
+// upstream's Unreserve names the claim it released.
+func (h *Holds) Holding() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.held) > 0 || len(h.released) > 0
 }
 
 // released is an allocation Unreserve dropped, and when.
@@ -184,17 +197,20 @@ func (h *Holds) Restored(claim *resourceapi.ResourceClaim) {
 	}
 	held := &hold{namespace: claim.Namespace, name: claim.Name, resourceVersion: claim.ResourceVersion, devices: devices}
 	h.held[claim.UID] = held
-	read, ctx := h.read, h.ctx
+	read, ctx, freed := h.read, h.ctx, h.freed
 	h.mu.Unlock()
 	if read != nil && ctx != nil {
-		go h.check(ctx, read, held)
+		go h.check(ctx, read, held, freed)
 	}
 }
 
 // check reads the claim from the API until it can, with backoff (the
-// apiserver may be the reason the write failed), and marks the hold
-// unwritten when the API still has the version the scheduler saw.
-func (h *Holds) check(ctx context.Context, read VersionReader, hold *hold) {
+// apiserver may be the reason the write failed), and frees the hold when
+// the API still has the version the scheduler saw, or no claim. A claim
+// the API has at a newer version keeps its hold until the informer
+// delivers that version (InsertHeld): its allocation may be the one
+// released.
+func (h *Holds) check(ctx context.Context, read VersionReader, hold *hold, freed func(klog.Logger)) {
 	// Until it can read, however long the apiserver is away: a hold nobody
 	// resolves (a standalone claim whose pod is gone never changes) would
 	// keep its devices from every pod.
@@ -204,11 +220,20 @@ func (h *Holds) check(ctx context.Context, read VersionReader, hold *hold) {
 		if err != nil {
 			return false, nil
 		}
-		if rv == hold.resourceVersion {
-			h.mu.Lock()
-			hold.unwritten = true
-			h.mu.Unlock()
-			klog.FromContext(ctx).V(4).Info("Released allocation was never written", "claim", klog.KRef(hold.namespace, hold.name))
+		if rv != hold.resourceVersion && rv != "" {
+			return true, nil
+		}
+		h.mu.Lock()
+		hold.free = true
+		h.mu.Unlock()
+		logger := klog.FromContext(ctx)
+		if rv == "" {
+			logger.V(4).Info("Released allocation's claim is gone, its devices are free", "claim", klog.KRef(hold.namespace, hold.name))
+		} else {
+			logger.V(4).Info("Released allocation was never written, its devices are free", "claim", klog.KRef(hold.namespace, hold.name))
+		}
+		if freed != nil {
+			freed(logger)
 		}
 		return true, nil
 	})
@@ -218,7 +243,7 @@ func (h *Holds) check(ctx context.Context, read VersionReader, hold *hold) {
 // counts an allocation, dropping the holds whose fate is known: the claim
 // is gone or the view of it moved on (current returns its resource
 // version, false when gone), or the API showed the allocation was never
-// written. With shares (the allocator tracks DRAConsumableCapacity), a
+// written or the claim gone. With shares (the allocator tracks DRAConsumableCapacity), a
 // shared result adds its share and its consumed capacity, leaving the rest
 // of the device to other shares; without, the whole device. It returns the
 // devices it added whole.
@@ -229,7 +254,7 @@ func (h *Holds) InsertHeld(state structured.AllocatedState, shares bool, current
 	defer h.mu.Unlock()
 	for uid, hold := range h.held {
 		rv, ok := current(hold.namespace, hold.name)
-		if !ok || rv != hold.resourceVersion || hold.unwritten {
+		if !ok || rv != hold.resourceVersion || hold.free {
 			delete(h.held, uid)
 			continue
 		}

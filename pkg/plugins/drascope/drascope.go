@@ -75,8 +75,12 @@ type DRAScope struct {
 	// classes resolve the device classes a pod asks for, so that a refusal
 	// names only the withheld devices it could use.
 	classes resourcelisters.DeviceClassLister
-	// waiting are the pods to retry when a withheld device recovers.
-	waiting interface{ RetryWhenDeviceRecovers(*v1.Pod) }
+	// waiting are the pods to retry when a withheld device recovers or a
+	// release hold ends.
+	waiting interface {
+		RetryWhenDeviceRecovers(*v1.Pod)
+		RetryWhenHoldEnds(*v1.Pod)
+	}
 
 	// allocating is what a preemption dry run's allocator needs besides
 	// devices (preemption.go); filterTimeout bounds it as upstream's
@@ -268,6 +272,11 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
 	stopFreeing()
 	stopSteering()
+	if pl.waiting != nil && gathered && pl.manager.claims.holds.Holding() {
+		// Held devices may refuse this pod, and when a hold ends because
+		// its allocation was never written, no event says so.
+		pl.waiting.RetryWhenHoldEnds(pod)
+	}
 	if pl.manager != nil && pl.manager.bestFit != nil {
 		pl.manager.bestFit.active.Store(false)
 	}

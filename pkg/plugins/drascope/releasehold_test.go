@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/drascope/drascope/pkg/releasehold"
@@ -65,22 +67,6 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 	}}}
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c", ResourceVersion: "1"}}
 
-	setUp := func(read releasehold.VersionReader) (*viewTracker, fwk.ResourceClaimTracker) {
-		view := &viewTracker{claim: claim, inFlight: allocation}
-		holds := &releasehold.Holds{}
-		holds.Start(context.Background(), read)
-		manager := newDRAManager(&innerManager2{claims: view}, nil, nil, holds)
-		return view, manager.ResourceClaims()
-	}
-	inUse := func(t *testing.T, claims fwk.ResourceClaimTracker) bool {
-		t.Helper()
-		set, err := claims.ListAllAllocatedDevices()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return set.Has(device)
-	}
-	apiDown := func(context.Context, string, string) (string, error) { return "", fmt.Errorf("connection refused") }
 	// prebind puts the allocation in flight through the decorator and
 	// marks it as being written, as Reserve and PreBind do.
 	prebind := func(t *testing.T, claims fwk.ResourceClaimTracker) {
@@ -93,11 +79,36 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 		claims.(*claimTracker).startWriting([]types.UID{claim.UID})
 	}
 
-	t.Run("held until the informer delivers the claim", func(t *testing.T) {
-		view, claims := setUp(apiDown)
+	// freed counts the holds a check found free: each must retry the
+	// pods that waited, since no event announces it.
+	var freed atomic.Int32
+	setUp := func(read releasehold.VersionReader) (*viewTracker, fwk.ResourceClaimTracker) {
+		freed.Store(0)
+		view := &viewTracker{claim: claim, inFlight: allocation}
+		holds := &releasehold.Holds{}
+		holds.Start(context.Background(), read, func(klog.Logger) { freed.Add(1) })
+		manager := newDRAManager(&innerManager2{claims: view}, nil, nil, holds)
+		return view, manager.ResourceClaims()
+	}
+	// released is Unreserve after PreBind began.
+	released := func(t *testing.T, claims fwk.ResourceClaimTracker) {
+		t.Helper()
 		prebind(t, claims)
 		claims.MaybeRemoveClaimPendingAllocation(claim.UID, false)
 		claims.AssumedClaimRestore(claim.Namespace, claim.Name)
+	}
+	inUse := func(t *testing.T, claims fwk.ResourceClaimTracker) bool {
+		t.Helper()
+		set, err := claims.ListAllAllocatedDevices()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set.Has(device)
+	}
+	apiDown := func(context.Context, string, string) (string, error) { return "", fmt.Errorf("connection refused") }
+	t.Run("held until the informer delivers the claim", func(t *testing.T) {
+		view, claims := setUp(apiDown)
+		released(t, claims)
 		if !inUse(t, claims) {
 			t.Fatal("the released device is free while the API may hold its allocation")
 		}
@@ -110,16 +121,40 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 			t.Error("the hold outlived a new version of the claim in the scheduler's view")
 		}
 	})
-	t.Run("released once the API shows the write never happened", func(t *testing.T) {
-		_, claims := setUp(func(context.Context, string, string) (string, error) { return "1", nil })
-		prebind(t, claims)
-		claims.MaybeRemoveClaimPendingAllocation(claim.UID, false)
-		claims.AssumedClaimRestore(claim.Namespace, claim.Name)
+	for what, version := range map[string]string{"the write never happened": "1", "the claim is gone": ""} {
+		t.Run("released once the API shows "+what, func(t *testing.T) {
+			_, claims := setUp(func(context.Context, string, string) (string, error) { return version, nil })
+			released(t, claims)
+			err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return freed.Load() > 0, nil
+			})
+			if err != nil {
+				t.Fatal("the check never reported the hold free: the pods refused while it held would wait for the queue's flush")
+			}
+			if inUse(t, claims) {
+				t.Error("the device stayed in use after the check reported it free")
+			}
+			if got := freed.Load(); got != 1 {
+				t.Errorf("one hold freed %d times", got)
+			}
+		})
+	}
+	// The API has the claim at a newer version: perhaps with the released
+	// allocation. The hold stays until the informer delivers it, and
+	// nothing is reported free.
+	t.Run("held while only the API has a newer version", func(t *testing.T) {
+		var reads atomic.Int32
+		_, claims := setUp(func(context.Context, string, string) (string, error) { reads.Add(1); return "2", nil })
+		released(t, claims)
 		err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			return !inUse(t, claims), nil
+			return reads.Load() > 0, nil
 		})
 		if err != nil {
-			t.Error("the device stayed in use although the API has the claim unallocated at the version the scheduler saw")
+			t.Fatal("the hold was never checked against the API")
+		}
+		time.Sleep(100 * time.Millisecond) // the check's comparison, after its read
+		if !inUse(t, claims) || freed.Load() != 0 {
+			t.Errorf("in use %v, freed %d times; want held, never freed", inUse(t, claims), freed.Load())
 		}
 	})
 	// The in-flight set is the scheduler's, shared by its profiles (two
@@ -128,7 +163,7 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 	t.Run("held for every profile", func(t *testing.T) {
 		view := &viewTracker{claim: claim, inFlight: allocation}
 		holds := &releasehold.Holds{}
-		holds.Start(context.Background(), apiDown)
+		holds.Start(context.Background(), apiDown, nil)
 		inner := &innerManager2{claims: view}
 		failed := newDRAManager(inner, nil, nil, holds).ResourceClaims()
 		other := newDRAManager(inner, nil, nil, holds).ResourceClaims()
