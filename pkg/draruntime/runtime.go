@@ -569,7 +569,8 @@ func (r *Runtime) RetryWhenDeviceRecovers(pod *v1.Pod) {
 }
 
 // RetryWhenHoldEnds remembers a pod that was scheduled while release holds
-// kept devices in use, to retry it when a check frees one. Upstream's
+// kept devices in use, or allocations were in flight (a failed write makes
+// a hold), to retry it when a check frees a hold. Upstream's
 // queueing hints cannot: the claim of a released allocation that was never
 // written does not change, so no event announces the free device, and a
 // pod refused for it would wait for the queue's flush (five minutes).

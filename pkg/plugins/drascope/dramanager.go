@@ -138,6 +138,17 @@ type pendingAllocations struct {
 	writing sets.Set[types.UID]
 }
 
+// mayBeFreedSilently reports whether devices are held, or in flight (and
+// so held if their write fails): a pod refused now may find them free
+// when a hold's check ends it, which no informer event announces
+// (releasehold).
+func (t *claimTracker) mayBeFreedSilently() bool {
+	t.pending.mu.Lock()
+	inFlight := len(t.pending.byClaim) > 0
+	t.pending.mu.Unlock()
+	return inFlight || t.holds.Holding()
+}
+
 // inFlight returns the allocations this profile signalled that upstream's
 // shared tracker still has in flight. An entry upstream no longer holds
 // (another profile sharing the claim removed it, or a sharer's removal

@@ -272,9 +272,10 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
 	stopFreeing()
 	stopSteering()
-	if pl.waiting != nil && gathered && pl.manager.claims.holds.Holding() {
-		// Held devices may refuse this pod, and when a hold ends because
-		// its allocation was never written, no event says so.
+	if pl.waiting != nil && gathered && pl.manager.claims.mayBeFreedSilently() {
+		// Held devices, or devices being written that a failed write
+		// would hold, may refuse this pod; when the hold ends because the
+		// allocation was never written, no event says so.
 		pl.waiting.RetryWhenHoldEnds(pod)
 	}
 	if pl.manager != nil && pl.manager.bestFit != nil {

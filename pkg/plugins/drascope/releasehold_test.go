@@ -200,3 +200,34 @@ type innerManager2 struct {
 }
 
 func (m *innerManager2) ResourceClaims() fwk.ResourceClaimTracker { return m.claims }
+
+// A pod scheduled while an allocation is in flight or held is retried when
+// a hold ends (draruntime's waiting pods): the in-flight allocation is held
+// if its write fails, and a hold found never written frees its devices
+// without any informer event.
+func TestMayBeFreedSilently(t *testing.T) {
+	allocation := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "gpu", Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-0"},
+	}}}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c", ResourceVersion: "1"}}
+	view := &viewTracker{claim: claim}
+	claims := newDRAManager(&innerManager2{claims: view}, nil, nil, &releasehold.Holds{}).ResourceClaims().(*claimTracker)
+	if claims.mayBeFreedSilently() {
+		t.Fatal("nothing in flight or held, yet a pod would wait for a hold to end")
+	}
+	allocated := claim.DeepCopy()
+	allocated.Status.Allocation = allocation
+	view.inFlight = allocation
+	if err := claims.SignalClaimPendingAllocation(claim.UID, allocated); err != nil {
+		t.Fatal(err)
+	}
+	claims.startWriting([]types.UID{claim.UID})
+	if !claims.mayBeFreedSilently() {
+		t.Error("an allocation in flight: a failed write would hold it, and its end would retry nobody")
+	}
+	claims.MaybeRemoveClaimPendingAllocation(claim.UID, false)
+	claims.AssumedClaimRestore(claim.Namespace, claim.Name)
+	if !claims.mayBeFreedSilently() {
+		t.Error("an allocation held after a failed write: its end would retry nobody")
+	}
+}
