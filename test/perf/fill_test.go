@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -41,8 +43,10 @@ const fillWorkers = 16
 // from every claim for each claim it allocates, which took about 15 minutes
 // for 19990 claims on 2000 nodes. Every claim must ask for one device of a
 // class that names only a driver; any other claim stops the run, as the
-// fill could not know the allocator would agree.
-func fillClaims(tCtx ktesting.TContext, sched *scheduler.Scheduler, _ *perf.Workload, _ *v1.NodeList) error {
+// fill could not know the allocator would agree. A workload may ask for a
+// production-shaped fill (fillShape): pods holding the claims, and pods on
+// every node.
+func fillClaims(tCtx ktesting.TContext, sched *scheduler.Scheduler, _ *perf.Workload, nodes *v1.NodeList) error {
 	client := tCtx.Client()
 	list, err := client.ResourceV1().ResourceClaims(fillNamespace).List(tCtx, metav1.ListOptions{})
 	if err != nil {
@@ -69,7 +73,12 @@ func fillClaims(tCtx ktesting.TContext, sched *scheduler.Scheduler, _ *perf.Work
 		return fmt.Errorf("filling %d claims: only %d devices of %s are free", len(claims), len(free), driver)
 	}
 	rand.New(rand.NewPCG(1, 2)).Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
-	tCtx.Logger().Info("Filling the cluster", "claims", len(claims), "namespace", fillNamespace, "driver", driver, "free", len(free))
+	shape, err := fillShapeOf(tCtx)
+	if err != nil {
+		return err
+	}
+	tCtx.Logger().Info("Filling the cluster", "claims", len(claims), "namespace", fillNamespace, "driver", driver, "free", len(free),
+		"podsHoldClaims", shape.podsHoldClaims, "podsPerNode", shape.podsPerNode)
 	start := time.Now()
 	defer func() { tCtx.Logger().Info("Filled the cluster", "claims", len(claims), "duration", time.Since(start)) }()
 
@@ -79,6 +88,13 @@ func fillClaims(tCtx ktesting.TContext, sched *scheduler.Scheduler, _ *perf.Work
 		d := free[i]
 		group.Go(func() error {
 			claim := claim.DeepCopy()
+			if shape.podsHoldClaims {
+				holder, err := client.CoreV1().Pods(fillNamespace).Create(ctx, holderPod(claim, d.node), metav1.CreateOptions{})
+				if err != nil {
+					return fmt.Errorf("creating the pod holding claim %s: %w", claim.Name, err)
+				}
+				claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: holder.Name, UID: holder.UID}}
+			}
 			claim.Status.Allocation = &resourceapi.AllocationResult{
 				Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
 					Request: claim.Spec.Devices.Requests[0].Name, Driver: driver, Pool: d.pool, Device: d.device,
@@ -93,10 +109,99 @@ func fillClaims(tCtx ktesting.TContext, sched *scheduler.Scheduler, _ *perf.Work
 			return nil
 		})
 	}
+	for _, node := range nodes.Items {
+		for i := range shape.podsPerNode {
+			group.Go(func() error {
+				if _, err := client.CoreV1().Pods(fillNamespace).Create(ctx, plainPod(node.Name, i), metav1.CreateOptions{}); err != nil {
+					return fmt.Errorf("creating a pod on node %s: %w", node.Name, err)
+				}
+				return nil
+			})
+		}
+	}
 	if err := group.Wait(); err != nil {
 		return err
 	}
-	return waitForSchedulerToSee(tCtx, sched, driver, free[:len(claims)])
+	if err := waitForSchedulerToSee(tCtx, sched, driver, free[:len(claims)]); err != nil {
+		return err
+	}
+	return waitForSchedulerPods(tCtx, sched)
+}
+
+// fillShape is how production-shaped a fill is, from the ConfigMap
+// fillShapeName of the fill namespace, which a workload creates before its
+// nodes (templates/fill-shape.yaml); without it, claims are allocated and
+// nothing else. In production, pods hold the allocated claims and every
+// node runs pods: upstream's plugins and drascope's pod-based paths
+// (holders.go, preemption's release view) then cost what they cost there.
+type fillShape struct {
+	// podsHoldClaims: each filled claim is reserved for a pod bound to
+	// its device's node.
+	podsHoldClaims bool
+	// podsPerNode pods without claims are bound to every node.
+	podsPerNode int
+}
+
+const fillShapeName = "fill-shape"
+
+func fillShapeOf(tCtx ktesting.TContext) (fillShape, error) {
+	cm, err := tCtx.Client().CoreV1().ConfigMaps(fillNamespace).Get(tCtx, fillShapeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fillShape{}, nil
+	}
+	if err != nil {
+		return fillShape{}, err
+	}
+	var shape fillShape
+	if v, ok := cm.Data["podsHoldClaims"]; ok {
+		if shape.podsHoldClaims, err = strconv.ParseBool(v); err != nil {
+			return shape, fmt.Errorf("configmap %s/%s: podsHoldClaims: %w", fillNamespace, fillShapeName, err)
+		}
+	}
+	if v, ok := cm.Data["podsPerNode"]; ok {
+		if shape.podsPerNode, err = strconv.Atoi(v); err != nil || shape.podsPerNode < 0 {
+			return shape, fmt.Errorf("configmap %s/%s: podsPerNode %q: want a count", fillNamespace, fillShapeName, v)
+		}
+	}
+	return shape, nil
+}
+
+// holderPod is a running pod's spec, bound to node, that uses claim.
+func holderPod(claim *resourceapi.ResourceClaim, node string) *v1.Pod {
+	pod := plainPod(node, 0)
+	pod.Name = claim.Name + "-holder"
+	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "device", ResourceClaimName: &claim.Name}}
+	pod.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "device"}}
+	return pod
+}
+
+// plainPod is the i-th pod without claims bound to node.
+func plainPod(node string, i int) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-pod-%d", node, i), Namespace: fillNamespace},
+		Spec: v1.PodSpec{
+			NodeName:   node,
+			Containers: []v1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}
+}
+
+// waitForSchedulerPods waits until the scheduler's cache has every pod
+// bound so far: the measured pods would otherwise meet emptier nodes.
+func waitForSchedulerPods(tCtx ktesting.TContext, sched *scheduler.Scheduler) error {
+	list, err := tCtx.Client().CoreV1().Pods("").List(tCtx, metav1.ListOptions{FieldSelector: "spec.nodeName!="})
+	if err != nil {
+		return err
+	}
+	var cached int
+	err = wait.PollUntilContextTimeout(tCtx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		cached, err = sched.Cache.PodCount()
+		return err == nil && cached >= len(list.Items), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the scheduler's cache has %d of %d bound pods: %w", cached, len(list.Items), err)
+	}
+	return nil
 }
 
 // waitForSchedulerToSee waits until every profile's DRA manager counts the
