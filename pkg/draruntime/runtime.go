@@ -249,6 +249,20 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	}
 	r.holds = &releasehold.Holds{}
 	r.holds.Start(ctx, releasehold.FromAPI(h.ClientSet()), r.holdFreed)
+	if _, err := r.informers.Resource().V1().ResourceClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj interface{}) {
+			if claim, ok := obj.(*resourceapi.ResourceClaim); ok {
+				r.holds.ViewChanged(claim, false)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if claim, ok := informerevents.Object[*resourceapi.ResourceClaim](obj); ok {
+				r.holds.ViewChanged(claim, true)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("release holds: %w", err)
+	}
 	if err := r.startSideCache(ctx, args); err != nil {
 		return err
 	}
@@ -576,6 +590,15 @@ func (r *Runtime) RetryWhenDeviceRecovers(pod *v1.Pod) {
 // pod refused for it would wait for the queue's flush (five minutes).
 func (r *Runtime) RetryWhenHoldEnds(pod *v1.Pod) {
 	r.waiting.add(pod)
+}
+
+// ForgetHoldWaiter forgets a pod remembered by RetryWhenHoldEnds: Unreserve
+// calls it when the pod's binding failed. The pod retries with upstream's
+// backoff, and remembering it would let every hold that ends pull it out
+// of that backoff: pods whose writes keep failing would retry each other
+// without pause.
+func (r *Runtime) ForgetHoldWaiter(pod *v1.Pod) {
+	r.waiting.remove(pod.UID)
 }
 
 // holdFreed retries the waiting pods when a release hold ends.

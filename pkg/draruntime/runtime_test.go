@@ -273,7 +273,9 @@ func TestHoldFreedRetriesWaitingPods(t *testing.T) {
 	}
 	factory.Start(ctx.Done())
 	// Unreserve released the claim's allocation after PreBind began; the
-	// write failed, and the API has the claim as the scheduler saw it.
+	// write failed, and the API has the claim as the scheduler saw it (or,
+	// as the fake may store it without a resource version, not at all:
+	// either frees the hold).
 	created, err := client.ResourceV1().ResourceClaims("training").Create(ctx, &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "training", Name: "trainer-gpu", UID: "claim-uid"},
 	}, metav1.CreateOptions{})

@@ -104,7 +104,43 @@ func (h *Holds) Start(ctx context.Context, read VersionReader, freed func(klog.L
 func (h *Holds) Holding() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.forgetOldReleasedLocked(h.now())
 	return len(h.held) > 0 || len(h.released) > 0
+}
+
+// forgetOldReleasedLocked drops released allocations nothing named within
+// releasedFor (an extended-resource claim's temporary UID).
+func (h *Holds) forgetOldReleasedLocked(now time.Time) {
+	for uid, r := range h.released {
+		if now.Sub(r.at) > releasedFor {
+			delete(h.released, uid)
+		}
+	}
+}
+
+// ViewChanged ends the hold of a claim whose informer view moved past the
+// held version, or that is gone, and reports its devices freed: the
+// informer's event does not retry the pods refused for them, since
+// upstream's hint ignores a change of another pod's claim that removes no
+// allocation (a failed write may have added only the finalizer), and the
+// deletion of a claim without one. Call it from the claim informer's
+// update and delete events.
+func (h *Holds) ViewChanged(claim *resourceapi.ResourceClaim, gone bool) {
+	h.mu.Lock()
+	hold, ok := h.held[claim.UID]
+	if !ok || (!gone && claim.ResourceVersion == hold.resourceVersion) {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.held, claim.UID)
+	reported, freed, ctx := hold.free, h.freed, h.ctx
+	h.mu.Unlock()
+	if reported || freed == nil || ctx == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	logger.V(4).Info("Released allocation's claim changed in the scheduler's view, its hold ends", "claim", klog.KObj(claim), "gone", gone)
+	freed(logger)
 }
 
 // released is an allocation Unreserve dropped, and when.
@@ -172,11 +208,7 @@ func (h *Holds) Released(uid types.UID, allocation *resourceapi.AllocationResult
 	if h.released == nil {
 		h.released = map[types.UID]released{}
 	}
-	for other, r := range h.released {
-		if now.Sub(r.at) > releasedFor {
-			delete(h.released, other)
-		}
-	}
+	h.forgetOldReleasedLocked(now)
 	h.released[uid] = released{devices: devicesOf(allocation), at: now}
 }
 

@@ -1,7 +1,9 @@
 package releasehold
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
@@ -79,5 +82,37 @@ func TestHeldShareCountsAsAShare(t *testing.T) {
 		if got := state.AggregatedCapacity[nic]; shares && (got == nil || got["bandwidth"].Cmp(resource.MustParse("10Gi")) != 0) {
 			t.Errorf("shares=%v: consumed capacity of nic-0 %v, want 10Gi of bandwidth", shares, got)
 		}
+	}
+}
+
+// A hold ends when the informer delivers a newer version of its claim, or
+// its deletion, and that end is reported: the event itself retries no pod
+// refused for the devices (upstream's hint skips a change of another pod's
+// claim that removes no allocation, such as a failed write's finalizer).
+func TestHoldEndsWhenTheViewMoves(t *testing.T) {
+	allocation := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "gpu", Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-0"},
+	}}}
+	apiDown := func(context.Context, string, string) (string, error) { return "", fmt.Errorf("connection refused") }
+	for _, gone := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		var freed atomic.Int32
+		h := &Holds{}
+		h.Start(ctx, apiDown, func(klog.Logger) { freed.Add(1) })
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c", ResourceVersion: "1"}}
+		h.Released(claim.UID, allocation)
+		h.Restored(claim)
+		h.ViewChanged(claim, false) // the same version: the hold stays
+		if !h.Holding() || freed.Load() != 0 {
+			t.Fatalf("gone=%v: after an event at the held version, holding %v and freed %d times; want held, never freed", gone, h.Holding(), freed.Load())
+		}
+		moved := claim.DeepCopy()
+		moved.ResourceVersion = "2"
+		h.ViewChanged(moved, gone)
+		h.ViewChanged(moved, gone)
+		if h.Holding() || freed.Load() != 1 {
+			t.Errorf("gone=%v: after the view moved, holding %v and freed %d times; want no hold, freed once", gone, h.Holding(), freed.Load())
+		}
+		cancel()
 	}
 }

@@ -129,10 +129,7 @@ func TestKubectlDRADescribePool(t *testing.T) {
 		slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{Name: d})
 	}
 	slice.Spec.Devices[3].Taints = []resourceapi.DeviceTaint{{Key: "broken", Value: "fan", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
-	if _, err := env.client.ResourceV1().ResourceSlices().Create(s.ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	s.slices = append(s.slices, slice.Name)
+	s.publishSlice(slice)
 	name := poolObjectName(t, node)
 	// gpu-0: two claims (a conflict); gpu-1: an admin-access observer.
 	s.addClaim("first", false)
@@ -398,10 +395,7 @@ func TestKubectlDRADescribeSharedDevice(t *testing.T) {
 			}},
 		},
 	}
-	if _, err := env.client.ResourceV1().ResourceSlices().Create(s.ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	s.slices = append(s.slices, slice.Name)
+	s.publishSlice(slice)
 	s.addClaim("share", false)
 	claim := s.getClaim("share")
 	shareID := types.UID(uuid.NewUUID())

@@ -65,6 +65,10 @@ func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.P
 func (pl *DRAScope) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	pl.DynamicResources.Unreserve(ctx, state, pod, nodeName)
 	pl.claimHolders.unreserve(pod.UID)
+	if pl.waiting != nil {
+		// It retries with upstream's backoff, not when a hold ends.
+		pl.waiting.ForgetHoldWaiter(pod)
+	}
 }
 
 // PreBind marks the pod's in-flight allocations as being written, then

@@ -80,6 +80,7 @@ type DRAScope struct {
 	waiting interface {
 		RetryWhenDeviceRecovers(*v1.Pod)
 		RetryWhenHoldEnds(*v1.Pod)
+		ForgetHoldWaiter(*v1.Pod)
 	}
 
 	// allocating is what a preemption dry run's allocator needs besides
@@ -263,6 +264,13 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	if pl.manager != nil && pl.manager.bestFit != nil {
 		pl.manager.bestFit.active.Store(true)
 	}
+	if pl.waiting != nil && gathered && pl.manager.claims.mayBeFreedSilently() {
+		// Held devices, or devices in flight that a failed write would
+		// hold, may refuse this pod; when the hold ends, no event says so.
+		// Remembered before upstream's PreFilter takes the in-use set, so
+		// that a hold ending in between still retries the pod.
+		pl.waiting.RetryWhenHoldEnds(pod)
+	}
 	// A gang member planned by PodGroupPostFilter (gangs.go) gets its
 	// planned devices from upstream's allocator, on its planned node.
 	plan, stopSteering := pl.steerFor(pod)
@@ -272,12 +280,6 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
 	stopFreeing()
 	stopSteering()
-	if pl.waiting != nil && gathered && pl.manager.claims.mayBeFreedSilently() {
-		// Held devices, or devices being written that a failed write
-		// would hold, may refuse this pod; when the hold ends because the
-		// allocation was never written, no event says so.
-		pl.waiting.RetryWhenHoldEnds(pod)
-	}
 	if pl.manager != nil && pl.manager.bestFit != nil {
 		pl.manager.bestFit.active.Store(false)
 	}
