@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
@@ -179,4 +182,56 @@ func TestLeaderFailoverWithAPIServerRestart(t *testing.T) {
 		}
 		b.stop()
 	})
+}
+
+// (f) A pod refused because another pod's allocation was in flight is
+// retried when that allocation's write fails: the failed write leaves a
+// release hold, and when the hold ends no informer event announces the
+// free device (upstream's hints skip a change of another pod's claim that
+// removes no allocation, and its binding failure's AssignedPodDelete event
+// reaches no DRA hint). CI caught it as TestAPIServerRestartMidBurst
+// leaving 2 of 64 GPUs free for three minutes. Here a webhook holds the
+// first pod's allocation write for a second and refuses it, while the
+// second pod is refused for the only GPU; it must then be placed long
+// before the scheduling queue's five-minute flush.
+func TestPodRefusedForAFailedWriteIsRetried(t *testing.T) {
+	s := newScenario(t, nil)
+	node := s.addNode("a", 1)
+	s.addClaim("refused", false)
+	s.addClaim("waiting", false)
+	w := startCountingWebhook(t)
+	w.refuseWith(func(req *admissionv1.AdmissionRequest) (time.Duration, string) {
+		if req.Resource.Resource == "resourceclaims" && req.SubResource == "status" && req.Name == "refused" {
+			return time.Second, "allocation refused by the test"
+		}
+		return 0, ""
+	})
+	s.addCountingWebhookConfig(w, s.namespace+"-refuse")
+	s.waitForWebhookConfig(w, node, true)
+
+	s.addPod("first", schedulerName, fromClaim("refused"))
+	if err := wait.PollUntilContextTimeout(s.ctx, 10*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		return w.count("UPDATE resourceclaims/status") > 0, nil
+	}); err != nil {
+		t.Fatalf("first's allocation was never written: %s", describeScheduling(s.getPod("first")))
+	}
+	// first's allocation is in flight for a second, in the webhook.
+	s.addPod("second", schedulerName, fromClaim("waiting"))
+	created := time.Now()
+	refused := false
+	var second *v1.Pod
+	err := wait.PollUntilContextTimeout(s.ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		second = s.getPod("second")
+		if c := scheduledCondition(second); c != nil && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
+			refused = true
+		}
+		return second.Spec.NodeName != "", nil
+	})
+	if err != nil {
+		t.Fatalf("second was not placed within 30s although first's write was refused (refused first: %v): %s; first: %s", refused, describeScheduling(second), describeScheduling(s.getPod("first")))
+	}
+	if !refused {
+		t.Fatalf("second was placed without being refused first (%s): first's allocation was no longer in flight, and this run proves nothing", describeScheduling(second))
+	}
+	t.Logf("second was refused while first's allocation was in flight, and placed %s after it was created", since(created, time.Now()))
 }

@@ -25,12 +25,23 @@ import (
 )
 
 // countingWebhook is an admission webhook server on loopback, with its own
-// CA, that allows everything and counts what it is sent.
+// CA, that allows everything (unless told to refuse) and counts what it is
+// sent.
 type countingWebhook struct {
 	url      string
 	caBundle []byte
 	mu       sync.Mutex
 	calls    map[string]int // "OPERATION resource[/subresource]"
+	// refuse, when set, answers a request after delay, refused with
+	// message when that is not empty.
+	refuse func(*admissionv1.AdmissionRequest) (delay time.Duration, message string)
+}
+
+// refuseWith makes the webhook delay or refuse the requests refuse picks.
+func (w *countingWebhook) refuseWith(refuse func(*admissionv1.AdmissionRequest) (time.Duration, string)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refuse = refuse
 }
 
 func startCountingWebhook(t *testing.T) *countingWebhook {
@@ -66,8 +77,17 @@ func (w *countingWebhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	}
 	w.mu.Lock()
 	w.calls[key]++
+	refuse := w.refuse
 	w.mu.Unlock()
 	review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+	if refuse != nil {
+		delay, message := refuse(review.Request)
+		time.Sleep(delay)
+		if message != "" {
+			review.Response.Allowed = false
+			review.Response.Result = &metav1.Status{Message: message}
+		}
+	}
 	review.Request = nil
 	_ = json.NewEncoder(rw).Encode(&review)
 }
