@@ -112,7 +112,9 @@ func fillClaims(tCtx ktesting.TContext, sched *scheduler.Scheduler, _ *perf.Work
 	for _, node := range nodes.Items {
 		for i := range shape.podsPerNode {
 			group.Go(func() error {
-				if _, err := client.CoreV1().Pods(fillNamespace).Create(ctx, plainPod(node.Name, i), metav1.CreateOptions{}); err != nil {
+				// A later createNodes op that fills more claims meets
+				// the earlier nodes' pods again.
+				if _, err := client.CoreV1().Pods(fillNamespace).Create(ctx, plainPod(node.Name, i), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 					return fmt.Errorf("creating a pod on node %s: %w", node.Name, err)
 				}
 				return nil
@@ -131,7 +133,7 @@ func fillClaims(tCtx ktesting.TContext, sched *scheduler.Scheduler, _ *perf.Work
 // fillShape is how production-shaped a fill is, from the ConfigMap
 // fillShapeName of the fill namespace, which a workload creates before its
 // nodes (templates/fill-shape.yaml); without it, claims are allocated and
-// nothing else. In production, pods hold the allocated claims and every
+// nothing else. Its pods are made when the fill has claims to allocate. In production, pods hold the allocated claims and every
 // node runs pods: upstream's plugins and drascope's pod-based paths
 // (holders.go, preemption's release view) then cost what they cost there.
 type fillShape struct {

@@ -138,10 +138,12 @@ type pendingAllocations struct {
 	writing sets.Set[types.UID]
 }
 
-// mayBeFreedSilently reports whether devices are held, or in flight (and
-// so held if their write fails): a pod refused now may find them free
-// when a hold's check ends it, which no informer event announces
-// (releasehold).
+// mayBeFreedSilently reports whether devices are held (by any profile),
+// or in flight for this profile (and so held if their write fails): a pod
+// refused now may find them free when a hold's check ends it, which no
+// informer event announces (releasehold). Another DRAScope profile's
+// in-flight allocations are not seen: upstream's shared tracker does not
+// tell whether it has any, and two DRAScope profiles are rare.
 func (t *claimTracker) mayBeFreedSilently() bool {
 	t.pending.mu.Lock()
 	inFlight := len(t.pending.byClaim) > 0

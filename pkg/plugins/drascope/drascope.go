@@ -264,7 +264,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	if pl.manager != nil && pl.manager.bestFit != nil {
 		pl.manager.bestFit.active.Store(true)
 	}
-	if pl.waiting != nil && gathered && pl.manager.claims.mayBeFreedSilently() {
+	if pl.waiting != nil && (gathered || requestsExtendedResources(pod)) && pl.manager.claims.mayBeFreedSilently() {
 		// Held devices, or devices in flight that a failed write would
 		// hold, may refuse this pod; when the hold ends, no event says so.
 		// Remembered before upstream's PreFilter takes the in-use set, so
