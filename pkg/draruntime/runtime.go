@@ -576,28 +576,22 @@ func (r *Runtime) Withholds() bool {
 	return r.first != nil && r.first.args.DeviceHealth.Policy.Withholds()
 }
 
-// RetryWhenDeviceRecovers remembers a pod that was refused while devices
-// were withheld, to retry it as soon as one of them is no longer Unhealthy.
-func (r *Runtime) RetryWhenDeviceRecovers(pod *v1.Pod) {
+// RetryWhenDevicesFree remembers a pod to retry when devices come free
+// without an API event to say so, which upstream's queueing hints would
+// need: a withheld device that is no longer Unhealthy (healthChanged), or
+// a release hold that ends (holdFreed), such as a released allocation found
+// never written, whose claim does not change. Without it such a pod waits
+// for the queue's flush (five minutes).
+func (r *Runtime) RetryWhenDevicesFree(pod *v1.Pod) {
 	r.waiting.add(pod)
 }
 
-// RetryWhenHoldEnds remembers a pod that was scheduled while release holds
-// kept devices in use, or allocations were in flight (a failed write makes
-// a hold), to retry it when a check frees a hold. Upstream's
-// queueing hints cannot: the claim of a released allocation that was never
-// written does not change, so no event announces the free device, and a
-// pod refused for it would wait for the queue's flush (five minutes).
-func (r *Runtime) RetryWhenHoldEnds(pod *v1.Pod) {
-	r.waiting.add(pod)
-}
-
-// ForgetHoldWaiter forgets a pod remembered by RetryWhenHoldEnds: Unreserve
-// calls it when the pod's binding failed. The pod retries with upstream's
+// ForgetWaitingPod forgets a pod remembered by RetryWhenDevicesFree:
+// Unreserve calls it when the pod's scheduling was undone after Reserve. The pod retries with upstream's
 // backoff, and remembering it would let every hold that ends pull it out
 // of that backoff: pods whose writes keep failing would retry each other
 // without pause.
-func (r *Runtime) ForgetHoldWaiter(pod *v1.Pod) {
+func (r *Runtime) ForgetWaitingPod(pod *v1.Pod) {
 	r.waiting.remove(pod.UID)
 }
 

@@ -133,23 +133,32 @@ func TestJoinChecksSchedulerWideArgs(t *testing.T) {
 	}
 }
 
+// startedRuntime joins a runtime for profile drascope-scheduler with args,
+// on the fake's informers, and starts them; cancel stops it.
+func startedRuntime(t *testing.T, args *config.DRAScopeArgs) (context.Context, context.CancelFunc, *fake.Clientset, informers.SharedInformerFactory, *handle, *Runtime) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	h := newHandle("drascope-scheduler", client, factory)
+	rt := New()
+	if err := rt.Join(ctx, h, args); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	return ctx, cancel, client, factory, h, rt
+}
+
 // TestRuntimeWiring follows one device through the runtime: a slice reaches
 // the side cache, an Unhealthy report in pod status reaches the health
 // cache, which withholds the device and makes the side cache count it
 // unavailable, and a Healthy report retries the pods that waited for it.
 // The per-pool gauges show the runtime's cache, until it stops.
 func TestRuntimeWiring(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel, client, factory, h, rt := startedRuntime(t, defaults())
 	defer cancel()
-	client := fake.NewClientset()
-	factory := informers.NewSharedInformerFactory(client, 0)
-	h := newHandle("drascope-scheduler", client, factory)
-	rt := New()
-	if err := rt.Join(ctx, h, defaults()); err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
 
 	pool := drausage.PoolID{Driver: "gpu.example.com", Pool: "node-1"}
 	slice := &resourceapi.ResourceSlice{
@@ -213,7 +222,7 @@ func TestRuntimeWiring(t *testing.T) {
 	}
 
 	waiting := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "training", Name: "waiting", UID: "waiting-uid"}}
-	rt.RetryWhenDeviceRecovers(waiting)
+	rt.RetryWhenDevicesFree(waiting)
 	if len(h.activated()) != 0 {
 		t.Fatal("a pod was retried before any device recovered")
 	}
@@ -259,19 +268,10 @@ func TestRuntimeWiring(t *testing.T) {
 // and it would wait for the scheduling queue's five-minute flush with the
 // device free (TestAPIServerRestartMidBurst: 2 of 80 pods left pending).
 func TestHoldFreedRetriesWaitingPods(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	factory := informers.NewSharedInformerFactory(client, 0)
-	h := newHandle("drascope-scheduler", client, factory)
 	args := defaults()
 	args.DeviceHealth.Policy = config.DeviceHealthIgnore
-	rt := New()
-	if err := rt.Join(ctx, h, args); err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
+	ctx, cancel, client, _, h, rt := startedRuntime(t, args)
+	defer cancel()
 	// Unreserve released the claim's allocation after PreBind began; the
 	// write failed, and the API has the claim as the scheduler saw it (or,
 	// as the fake may store it without a resource version, not at all:
@@ -283,7 +283,7 @@ func TestHoldFreedRetriesWaitingPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiting := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "training", Name: "waiting", UID: "waiting-uid"}}
-	rt.RetryWhenHoldEnds(waiting)
+	rt.RetryWhenDevicesFree(waiting)
 	rt.Holds().Released(created.UID, &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 		{Request: "gpu", Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-0"},
 	}}})

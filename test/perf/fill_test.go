@@ -127,6 +127,9 @@ func fillClaims(tCtx ktesting.TContext, sched *scheduler.Scheduler, _ *perf.Work
 	if err := waitForSchedulerToSee(tCtx, sched, driver, free[:len(claims)]); err != nil {
 		return err
 	}
+	if !shape.podsHoldClaims && shape.podsPerNode == 0 {
+		return nil
+	}
 	return waitForSchedulerPods(tCtx, sched)
 }
 

@@ -67,7 +67,7 @@ func (pl *DRAScope) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1
 	pl.claimHolders.unreserve(pod.UID)
 	if pl.waiting != nil {
 		// It retries with upstream's backoff, not when a hold ends.
-		pl.waiting.ForgetHoldWaiter(pod)
+		pl.waiting.ForgetWaitingPod(pod)
 	}
 }
 

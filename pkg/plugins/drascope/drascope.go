@@ -78,9 +78,8 @@ type DRAScope struct {
 	// waiting are the pods to retry when a withheld device recovers or a
 	// release hold ends.
 	waiting interface {
-		RetryWhenDeviceRecovers(*v1.Pod)
-		RetryWhenHoldEnds(*v1.Pod)
-		ForgetHoldWaiter(*v1.Pod)
+		RetryWhenDevicesFree(*v1.Pod)
+		ForgetWaitingPod(*v1.Pod)
 	}
 
 	// allocating is what a preemption dry run's allocator needs besides
@@ -269,7 +268,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		// hold, may refuse this pod; when the hold ends, no event says so.
 		// Remembered before upstream's PreFilter takes the in-use set, so
 		// that a hold ending in between still retries the pod.
-		pl.waiting.RetryWhenHoldEnds(pod)
+		pl.waiting.RetryWhenDevicesFree(pod)
 	}
 	// A gang member planned by PodGroupPostFilter (gangs.go) gets its
 	// planned devices from upstream's allocator, on its planned node.

@@ -302,7 +302,7 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 	if pl.health != nil {
 		// As filterExplained: name withheld devices, retry on recovery.
 		if note := pl.withheldNote(ctx, pl.withheldIn(state), pod, node); note != "" {
-			pl.waiting.RetryWhenDeviceRecovers(pod)
+			pl.waiting.RetryWhenDevicesFree(pod)
 			reasons = append(reasons, note)
 		}
 	}

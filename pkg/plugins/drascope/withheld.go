@@ -44,7 +44,7 @@ func (pl *DRAScope) filterExplained(ctx context.Context, state fwk.CycleState, p
 	if note == "" {
 		return status
 	}
-	pl.waiting.RetryWhenDeviceRecovers(pod)
+	pl.waiting.RetryWhenDevicesFree(pod)
 	return fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
 }
 
