@@ -232,7 +232,7 @@ func TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom(t *testing.T) {
 // drascope's decorator between it and the manager, and a recording
 // manager under the decorator. configure, when set, adjusts the decorator
 // before upstream is built. The informers run until ctx ends.
-func upstreamThroughDecorator(ctx context.Context, t *testing.T, objects []runtime.Object, fts feature.Features, configure func(*draManager)) (*dynamicresources.DynamicResources, *draManager, *recordingManager) {
+func upstreamThroughDecorator(ctx context.Context, t testing.TB, objects []runtime.Object, fts feature.Features, configure func(*draManager)) (*dynamicresources.DynamicResources, *draManager, *recordingManager) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	client := fake.NewSimpleClientset(objects...)

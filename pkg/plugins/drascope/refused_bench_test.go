@@ -1,0 +1,99 @@
+package drascope
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+
+	"github.com/drascope/drascope/pkg/nodeprune"
+)
+
+// snapshotHandle is a framework handle whose snapshot is a fixed one.
+type snapshotHandle struct {
+	fwk.Handle
+	snapshot fwk.SharedLister
+}
+
+func (h snapshotHandle) SnapshotSharedLister() fwk.SharedLister { return h.snapshot }
+
+// BenchmarkRefusedAttempt: the scheduling cycle of a pod that no node can
+// serve, on full clusters of 10 GPUs per node (every GPU held by a claim),
+// as the scheduler runs it, per pod: upstream's PreFilter (v1.37.1) alone,
+// upstream's PreFilter and its Filter on every node (upstream's whole
+// refused attempt; the scheduler runs Filter on 16 goroutines, here one),
+// and DRAScope's PreFilter, which refuses the pod (node pruning, with the
+// availability index fed as the scheduler feeds it).
+func BenchmarkRefusedAttempt(b *testing.B) {
+	for _, nodes := range []int{500, 2000} {
+		b.Run(fmt.Sprintf("%dnodes", nodes), func(b *testing.B) {
+			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(0)))
+			defer cancel()
+			mine := captureClaim("mine")
+			pod := capturePod(mine)
+			objects := []runtime.Object{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver}}, mine, pod}
+			index := nodeprune.NewIndex(nodeprune.IndexOptions{})
+			var nodeObjects []*v1.Node
+			for n := range nodes {
+				node := fmt.Sprintf("node-%d", n)
+				nodeObjects = append(nodeObjects, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+				objects = append(objects, captureSlice(node, 10))
+				for d := range 10 {
+					claim := captureClaim(fmt.Sprintf("fill-%d-%d", n, d), node, fmt.Sprintf("gpu-%d", d))
+					claim.ResourceVersion = "1"
+					objects = append(objects, claim)
+					index.SetClaim(claim)
+				}
+			}
+			fts := feature.Features{EnableDynamicResourceAllocation: true}
+			upstream, manager, _ := upstreamThroughDecorator(ctx, b, objects, fts, nil)
+			snapshot := internalcache.NewSnapshot(nil, nodeObjects)
+			infos, err := snapshot.NodeInfos().List()
+			if err != nil {
+				b.Fatal(err)
+			}
+			pl := &DRAScope{DynamicResources: upstream, enabled: true, manager: manager, claims: manager.ResourceClaims(), index: index,
+				handle: snapshotHandle{snapshot: snapshot}}
+
+			b.Run("upstream-PreFilter", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, status := upstream.PreFilter(ctx, framework.NewCycleState(), pod, infos); !status.IsSuccess() {
+						b.Fatal(status)
+					}
+				}
+			})
+			b.Run("upstream-PreFilter-Filter", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					state := framework.NewCycleState()
+					if _, status := upstream.PreFilter(ctx, state, pod, infos); !status.IsSuccess() {
+						b.Fatal(status)
+					}
+					for _, info := range infos {
+						if status := upstream.Filter(ctx, state, pod, info); status.IsSuccess() {
+							b.Fatalf("%s: upstream's Filter accepts the pod on a full cluster", info.Node().Name)
+						}
+					}
+				}
+			})
+			b.Run("drascope-PreFilter", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, status := pl.PreFilter(ctx, framework.NewCycleState(), pod, infos); status.Code() != fwk.UnschedulableAndUnresolvable || status.Message() != noFreeDevice {
+						b.Fatalf("DRAScope's PreFilter: %v, want %q", status, noFreeDevice)
+					}
+				}
+			})
+		})
+	}
+}
