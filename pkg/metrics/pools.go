@@ -97,6 +97,14 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"answer"})
 
+	// EarlyRefusals: pods DRAScope's PreFilter refused, or considered
+	// refusing, before upstream's (plugins/drascope/refuseearly.go).
+	EarlyRefusals = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "drascope_early_refusals_total",
+		Help:           "Scheduling attempts for which the availability index hinted that no node reaches a free device, by result: Refused (node pruning on the in-use set and slices upstream's PreFilter would have used found no node; the pod was refused without running upstream's PreFilter) or Passed (it found a node; upstream's PreFilter ran, and the attempt gathered the in-use set twice).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	// GangPlans: what DRAScope's planning did for a gang whose pod-group
 	// cycle failed (plugins/drascope/gangs.go).
 	GangPlans = metrics.NewCounterVec(&metrics.CounterOpts{
@@ -181,7 +189,7 @@ func Export(source Source) (stop func()) {
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, FirstPublishDelay, Writes, DueWrites, RecomputeDuration, ConflictChecks,
-			NodePruning, GangPlans, IgnoredReports, RuleWrites)
+			NodePruning, EarlyRefusals, GangPlans, IgnoredReports, RuleWrites)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
 }
@@ -210,6 +218,17 @@ func ObserveConflictCheck(result string, n int) {
 // ObservePruning is a nodeprune.IndexOptions.Observe function.
 func ObservePruning(answer nodeprune.Outcome) {
 	NodePruning.WithLabelValues(string(answer)).Inc()
+}
+
+// Results of drascope_early_refusals_total.
+const (
+	EarlyRefusalRefused = "Refused"
+	EarlyRefusalPassed  = "Passed"
+)
+
+// ObserveEarlyRefusal counts an attempt the index hinted nothing fits.
+func ObserveEarlyRefusal(result string) {
+	EarlyRefusals.WithLabelValues(result).Inc()
 }
 
 // ObserveGangPlan counts a result of DRAScope's gang planning.

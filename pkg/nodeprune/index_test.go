@@ -480,3 +480,48 @@ func TestIndexForgetsInFlightAllocationsUpstreamDropped(t *testing.T) {
 		t.Errorf("answers %v, want %v", outcomes, want)
 	}
 }
+
+// NothingFree, the early refusal's hint, reads the index as it stands:
+// true when some request reaches no free device of a driver it may use,
+// false while one is free (on one node, or in a slice not bound to one
+// node), and false when it cannot tell (a class it does not know).
+func TestNothingFreeIsTheIndexAsItStands(t *testing.T) {
+	gpus := []*resourceapi.ResourceSlice{nodeLocal("node-0", gpuDriver, "gpu-0"), nodeLocal("node-1", gpuDriver, "gpu-0")}
+	nics := nodeLocal("node-0", nicDriver, "nic-0")
+	holding := func(name, node string) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name), ResourceVersion: "1"},
+			Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+				{Request: "req", Driver: gpuDriver, Pool: node, Device: "gpu-0"}}}}}}
+	}
+	index := nodeprune.NewIndex(nodeprune.IndexOptions{})
+	index.SetClaim(holding("a", "node-0"))
+	// The index learns the slices from a cycle's listing.
+	listed := func(slices ...*resourceapi.ResourceSlice) {
+		nodes := nodeprune.Nodes{Count: 2, Has: func(string) bool { return true }, List: func() []*v1.Node { return nil }}
+		index.Candidates([]*resourceapi.ResourceClaim{claimOf("gpu")}, testClasses.Get, nodeprune.View{Slices: slices, InUse: sets.New[structured.DeviceID]()}, nodes)
+	}
+	nothingFree := func(classes ...string) bool {
+		return index.NothingFree([]*resourceapi.ResourceClaim{claimOf(classes...)}, testClasses.Get)
+	}
+	listed(append(gpus, nics)...)
+	if nothingFree("gpu") {
+		t.Errorf("a GPU is free on node-1, the hint says none is")
+	}
+	index.SetClaim(holding("b", "node-1"))
+	if !nothingFree("gpu") || !nothingFree("gpu", "nic") {
+		t.Errorf("every GPU is held, the hint says one may be free")
+	}
+	if nothingFree("nic") || nothingFree("either") {
+		t.Errorf("a NIC is free, the hint says none is for a request that may use one")
+	}
+	if nothingFree("no-such-class") {
+		t.Errorf("a class the index cannot resolve gave a hint")
+	}
+	fabric := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "fabric"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: gpuDriver, Pool: resourceapi.ResourcePool{Name: "fabric", Generation: 1, ResourceSliceCount: 1}, AllNodes: ptr.To(true),
+		Devices: []resourceapi.Device{{Name: "gpu-0"}}}}
+	listed(append(gpus, nics, fabric)...)
+	if nothingFree("gpu") {
+		t.Errorf("a slice for all nodes offers GPUs, the hint says none is free")
+	}
+}

@@ -76,13 +76,18 @@ func TestPendingPodsMetric(t *testing.T) {
 // later is found at once (the availability index prunes only when its
 // in-use set is the cycle's, so no stale index can hide the freed node).
 // The index, not only the pass over every slice, must have pruned for
-// some of these pods: tests run one at a time, so its counter moved for
-// them.
+// some of these pods, and the pod no node can serve must have been
+// refused before upstream's PreFilter (refuseearly.go), with the same
+// words, and still be retried when a GPU frees: tests run one at a time,
+// so the counters moved for them.
 func TestPruningLeavesNodesWithoutFreeDevicesOut(t *testing.T) {
 	indexed := func() float64 {
 		return max(0, scrapeGauge(t, "drascope_node_pruning_total", map[string]string{"answer": "Indexed"}))
 	}
-	before := indexed()
+	refusedEarly := func() float64 {
+		return max(0, scrapeGauge(t, "drascope_early_refusals_total", map[string]string{"result": "Refused"}))
+	}
+	before, refusedBefore := indexed(), refusedEarly()
 	s := newScenario(t, nil)
 	nodes := []string{s.addNode("a", 1), s.addNode("b", 1), s.addNode("c", 1)}
 	s.addClaimTemplate("gpu", false)
@@ -101,6 +106,9 @@ func TestPruningLeavesNodesWithoutFreeDevicesOut(t *testing.T) {
 
 	s.addPod("waiting", schedulerName, fromTemplate("gpu"))
 	s.waitForPodUnschedulable("waiting", "cannot allocate all claims: no node can reach a free device for every request")
+	if after := refusedEarly(); after <= refusedBefore {
+		t.Errorf("drascope_early_refusals_total{result=\"Refused\"} stayed at %v: the pod no node can serve was refused after upstream's PreFilter", after)
+	}
 
 	s.deletePod("on-" + nodes[1])
 	if got := s.waitForPodScheduled("waiting").Spec.NodeName; got != nodes[1] {

@@ -46,8 +46,10 @@ const Name = config.PluginName
 type DRAScope struct {
 	*dynamicresources.DynamicResources
 
-	enabled               bool
-	adminAccessEnabled    bool
+	enabled            bool
+	adminAccessEnabled bool
+	// features are the scheduler's, as upstream's plugin reads them.
+	features              feature.Features
 	requireNamespaceLabel bool
 	// scoring is the device-aware scoring strategy (scoring.go).
 	scoring config.ScoringStrategy
@@ -137,6 +139,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 
 	pl := &DRAScope{
 		enabled:               fts.EnableDynamicResourceAllocation,
+		features:              fts,
 		adminAccessEnabled:    fts.EnableDRAAdminAccess,
 		requireNamespaceLabel: args.AdminAccess.RequireNamespaceLabel,
 		scoring:               args.Scoring.Strategy,
@@ -260,15 +263,22 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		}
 		state.Write(withheldStateKey, withheld)
 	}
-	if pl.manager != nil && pl.manager.bestFit != nil {
-		pl.manager.bestFit.active.Store(true)
-	}
 	if pl.waiting != nil && (gathered || requestsExtendedResources(pod)) && pl.manager.claims.mayBeFreedSilently() {
 		// Held devices, or devices in flight that a failed write would
 		// hold, may refuse this pod; when the hold ends, no event says so.
 		// Remembered before upstream's PreFilter takes the in-use set, so
 		// that a hold ending in between still retries the pod.
 		pl.waiting.RetryWhenDevicesFree(pod)
+	}
+	if gathered {
+		// On a full cluster, most pods: refused without upstream's
+		// PreFilter where that is the same (refuseearly.go).
+		if status := pl.refuseEarly(ctx, state, pod, nodes, claims); status != nil {
+			return nil, status
+		}
+	}
+	if pl.manager != nil && pl.manager.bestFit != nil {
+		pl.manager.bestFit.active.Store(true)
 	}
 	// A gang member planned by PodGroupPostFilter (gangs.go) gets its
 	// planned devices from upstream's allocator, on its planned node.

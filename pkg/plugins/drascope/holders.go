@@ -116,6 +116,22 @@ func (c *claimHolders) known() bool {
 	return c.synced == nil || c.synced()
 }
 
+// anyBelow reports whether a pod of lower priority than priority holds
+// claims, or the holders are not known yet.
+func (c *claimHolders) anyBelow(priority int32) bool {
+	if !c.known() {
+		return true
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for p := range c.byPriority {
+		if p < priority {
+			return true
+		}
+	}
+	return false
+}
+
 // keepPreemptible adds the nodes (those has knows) where a pod of lower
 // priority than pod holds claims: preempting it may free devices there.
 func (c *claimHolders) keepPreemptible(candidates sets.Set[string], pod *v1.Pod, has func(node string) bool) {

@@ -622,6 +622,16 @@ func preempted(pod *v1.Pod) bool {
 // terminating pod, so DefaultPreemption would find the pod eligible again
 // and preempt more.
 func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if refusedEarly(state) {
+		// Upstream's PreFilter did not run, so its PostFilter would find
+		// no cycle state and fail. It would have nothing to do: the pod's
+		// claims were all unallocated and its Filter never ran, which is
+		// when it answers this (dynamicresources.go,
+		// deallocateOrDeletePodClaims). The release check below is for
+		// nominated pods and for nodes refused as Unschedulable, and an
+		// early refusal has neither.
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
 	result, status := pl.DynamicResources.PostFilter(ctx, state, pod, statuses)
 	if status.Code() != fwk.Unschedulable {
 		return result, status
