@@ -241,7 +241,10 @@ func (pl *DRAScope) Name() string {
 // nodes (prune.go).
 // Upstream goes first because its PostFilter expects the cycle state its
 // PreFilter writes; refusing before it would turn a clear "unschedulable"
-// into a PostFilter error. Both run before anything is reserved.
+// into a PostFilter error. The one exception is a pod no node can serve,
+// refused where upstream's PreFilter and PostFilter provably change
+// nothing (refuseearly.go), and whose PostFilter DRAScope answers itself.
+// Both run before anything is reserved.
 func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if pl.manager != nil {
 		// What upstream's PreFilter hands its allocator this cycle, and

@@ -625,9 +625,10 @@ func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v
 	if refusedEarly(state) {
 		// Upstream's PreFilter did not run, so its PostFilter would find
 		// no cycle state and fail. It would have nothing to do: the pod's
-		// claims were all unallocated and its Filter never ran, which is
-		// when it answers this (dynamicresources.go,
-		// deallocateOrDeletePodClaims). The release check below is for
+		// claims were all unallocated, its Filter never ran and it asks
+		// for no extended resource (so there is no claim of upstream's
+		// own to delete), which is when it answers this
+		// (dynamicresources.go, deallocateOrDeletePodClaims). The release check below is for
 		// nominated pods and for nodes refused as Unschedulable, and an
 		// early refusal has neither.
 		return nil, fwk.NewStatus(fwk.Unschedulable)

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
 	"github.com/drascope/drascope/pkg/nodeprune"
 )
@@ -149,20 +149,29 @@ func mayPreempt(pod *v1.Pod) bool {
 	return pod.Spec.PreemptionPolicy == nil || *pod.Spec.PreemptionPolicy != v1.PreemptNever
 }
 
-// requestsExtendedResources reports whether a container of the pod asks for
-// an extended resource.
+// requestsExtendedResources reports whether the pod asks for an extended
+// resource, in a container or at pod level: one a device plugin serves, or
+// one DRA may serve through a device class, by the class's
+// extendedResourceName or its implicit deviceclass.resource.kubernetes.io/
+// name (which IsExtendedResourceName does not count, being in the
+// kubernetes.io domain; upstream's schedutil.IsDRAExtendedResourceName
+// does).
 func requestsExtendedResources(pod *v1.Pod) bool {
+	extended := func(list v1.ResourceList) bool {
+		for name := range list {
+			if schedutil.IsDRAExtendedResourceName(name) {
+				return true
+			}
+		}
+		return false
+	}
+	if pod.Spec.Resources != nil && (extended(pod.Spec.Resources.Requests) || extended(pod.Spec.Resources.Limits)) {
+		return true
+	}
 	for _, containers := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range containers {
-			for name := range containers[i].Resources.Requests {
-				if v1helper.IsExtendedResourceName(name) {
-					return true
-				}
-			}
-			for name := range containers[i].Resources.Limits {
-				if v1helper.IsExtendedResourceName(name) {
-					return true
-				}
+			if extended(containers[i].Resources.Requests) || extended(containers[i].Resources.Limits) {
+				return true
 			}
 		}
 	}

@@ -76,6 +76,19 @@ func TestPodsWithExtendedResourcesAreNotPruned(t *testing.T) {
 	if !requestsExtendedResources(pod) {
 		t.Errorf("an init container's extended resource was missed")
 	}
+	// DRA's implicit names for a device class are in the kubernetes.io
+	// domain, which IsExtendedResourceName does not count; upstream's
+	// PreFilter serves them with a claim of its own.
+	implicit := podWith("implicit", 0, true)
+	implicit.Spec.Containers = []v1.Container{{Name: "app", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{"deviceclass.resource.kubernetes.io/gpu": resource.MustParse("1")}}}}
+	if !requestsExtendedResources(implicit) {
+		t.Errorf("a device class's implicit extended resource name was missed")
+	}
+	podLevel := podWith("pod-level", 0, true)
+	podLevel.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{"example.com/gpu": resource.MustParse("1")}}
+	if !requestsExtendedResources(podLevel) {
+		t.Errorf("a pod-level extended resource was missed")
+	}
 }
 
 // claimsAt is a claim tracker holding the claims as they are now, and the

@@ -91,6 +91,9 @@ func TestEarlyRefusalOnlyWhereUpstreamWouldAllocate(t *testing.T) {
 		{name: "an extended resource", claim: mine(), pod: podFor(mine(), func(p *v1.Pod) {
 			p.Spec.Containers = []v1.Container{{Name: "app", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{"example.com/gpu": resource.MustParse("1")}}}}
 		})},
+		{name: "a device class's implicit extended resource", claim: mine(), pod: podFor(mine(), func(p *v1.Pod) {
+			p.Spec.Containers = []v1.Container{{Name: "app", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{"deviceclass.resource.kubernetes.io/" + captureDriver: resource.MustParse("1")}}}}
+		}), fts: func(f *feature.Features) { f.EnableDRAExtendedResource = true }},
 		{name: "a resize deferred", claim: mine(), pod: podFor(mine(), func(p *v1.Pod) {
 			p.Status.Conditions = []v1.PodCondition{{Type: v1.PodResizePending, Status: v1.ConditionTrue, Reason: v1.PodReasonDeferred}}
 		}), fts: func(f *feature.Features) { f.EnableInPlacePodVerticalScalingSchedulerPreemption = true }},
