@@ -628,9 +628,9 @@ func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v
 		// claims were all unallocated, its Filter never ran and it asks
 		// for no extended resource (so there is no claim of upstream's
 		// own to delete), which is when it answers this
-		// (dynamicresources.go, deallocateOrDeletePodClaims). The release check below is for
-		// nominated pods and for nodes refused as Unschedulable, and an
-		// early refusal has neither.
+		// (dynamicresources.go, deallocateOrDeletePodClaims). The release
+		// check below is for nominated pods and for nodes refused as
+		// Unschedulable, and an early refusal has neither.
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	result, status := pl.DynamicResources.PostFilter(ctx, state, pod, statuses)
