@@ -18,6 +18,10 @@ type podClaims struct {
 	unknown    int
 	// allocated counts the claims allocated already.
 	allocated int
+	// refused counts the claims upstream's PreFilter refuses the pod
+	// for whatever the devices: being deleted, or made from a template
+	// for another pod (refuseearly.go).
+	refused int
 }
 
 // Clone shares the claims: they are only read.
@@ -31,7 +35,7 @@ const podClaimsKey fwk.StateKey = Name + "/claims"
 func (pl *DRAScope) claimsOf(pod *v1.Pod) *podClaims {
 	c := &podClaims{}
 	for i := range pod.Spec.ResourceClaims {
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		name, mustCheckOwner, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
 		switch {
 		case err != nil:
 			c.unknown++
@@ -40,6 +44,10 @@ func (pl *DRAScope) claimsOf(pod *v1.Pod) *podClaims {
 			continue
 		}
 		claim, err := pl.claims.Get(pod.Namespace, *name)
+		if err == nil && (claim.DeletionTimestamp != nil ||
+			mustCheckOwner && resourceclaim.IsForPod(pod, claim, pl.features.EnableDRAWorkloadResourceClaims) != nil) {
+			c.refused++
+		}
 		switch {
 		case err != nil:
 			c.unknown++

@@ -41,7 +41,6 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 		}
 		return byName
 	}
-	classes := func(name string) (*resourceapi.DeviceClass, error) { return pl.manager.DeviceClasses().Get(name) }
 	tracker := pl.manager.claims.ResourceClaimTracker
 	pruning := nodeprune.View{
 		Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld, Kept: view.seen.kept,
@@ -57,9 +56,9 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 	var candidates sets.Set[string]
 	var all bool
 	if pl.index != nil {
-		candidates, all = pl.index.Candidates(claims.toAllocate, classes, pruning, nodeprune.Nodes{Count: len(nodes), Has: has, List: list})
+		candidates, all = pl.index.Candidates(claims.toAllocate, pl.deviceClass, pruning, nodeprune.Nodes{Count: len(nodes), Has: has, List: list})
 	} else {
-		candidates, all = nodeprune.Candidates(claims.toAllocate, classes, pruning, list())
+		candidates, all = nodeprune.Candidates(claims.toAllocate, pl.deviceClass, pruning, list())
 	}
 	if all {
 		return nil, nil
@@ -82,6 +81,12 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 	}
 	logger.V(5).Info("Nodes that reach a free device for every request", "pod", klog.KObj(pod), "candidates", candidates.Len(), "nodes", len(nodes))
 	return &fwk.PreFilterResult{NodeNames: candidates}, nil
+}
+
+// deviceClass is the DeviceClass of that name, as upstream's allocator
+// reads it.
+func (pl *DRAScope) deviceClass(name string) (*resourceapi.DeviceClass, error) {
+	return pl.manager.DeviceClasses().Get(name)
 }
 
 // cycleView is what upstream's PreFilter built this cycle's allocator from,

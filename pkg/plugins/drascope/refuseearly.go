@@ -4,10 +4,8 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
-	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -43,8 +41,7 @@ func (pl *DRAScope) refuseEarly(ctx context.Context, state fwk.CycleState, pod *
 	if !pl.mayRefuseEarly(pod, claims) {
 		return nil
 	}
-	classes := func(name string) (*resourceapi.DeviceClass, error) { return pl.manager.DeviceClasses().Get(name) }
-	if !pl.index.NothingFree(claims.toAllocate, classes) {
+	if !pl.index.NothingFree(claims.toAllocate, pl.deviceClass) {
 		return nil
 	}
 	var err error
@@ -93,26 +90,13 @@ func (pl *DRAScope) mayRefuseEarly(pod *v1.Pod, claims *podClaims) bool {
 	if mayPreempt(pod) && pl.claimHolders.anyBelow(corev1helpers.PodPriority(pod)) {
 		return false
 	}
-	// Upstream reads the pod's claims again: each must exist, not be
-	// being deleted, and be the pod's own when made from a template.
-	for i := range pod.Spec.ResourceClaims {
-		name, mustCheckOwner, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil {
-			return false
-		}
-		if name == nil {
-			continue
-		}
-		claim, err := pl.claims.Get(pod.Namespace, *name)
-		if err != nil || claim.DeletionTimestamp != nil || claim.Status.Allocation != nil {
-			return false
-		}
-		if mustCheckOwner && resourceclaim.IsForPod(pod, claim, pl.features.EnableDRAWorkloadResourceClaims) != nil {
-			return false
-		}
+	// Upstream reads the pod's claims again: each must exist (allToAllocate),
+	// not be being deleted, and be the pod's own when made from a template.
+	if claims.refused > 0 {
+		return false
 	}
 	for _, claim := range claims.toAllocate {
-		if claim.DeletionTimestamp != nil || pl.claims.GetPendingAllocation(claim.UID) != nil || firstAdminAccessRequest(claim) != "" {
+		if pl.claims.GetPendingAllocation(claim.UID) != nil || firstAdminAccessRequest(claim) != "" {
 			return false
 		}
 		for _, request := range claim.Spec.Devices.Requests {

@@ -136,8 +136,7 @@ func TestEarlyRefusalOnlyWhereUpstreamWouldAllocate(t *testing.T) {
 			}
 
 			claims := pl.claimsOf(pod)
-			classes := func(name string) (*resourceapi.DeviceClass, error) { return manager.DeviceClasses().Get(name) }
-			gate := pl.mayRefuseEarly(pod, claims) && pl.index.NothingFree(claims.toAllocate, classes)
+			gate := pl.mayRefuseEarly(pod, claims) && pl.index.NothingFree(claims.toAllocate, pl.deviceClass)
 
 			info := framework.NewNodeInfo()
 			info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
