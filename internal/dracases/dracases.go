@@ -266,6 +266,26 @@ func New(seed uint64) Case {
 		}
 		c.Claims = append(c.Claims, claim)
 	}
+
+	// Now and then a pool with a slice on each of two nodes, which nothing
+	// forbids: an allocator on one of them reads the other's slice to know
+	// the pool complete. Drawn last, so that every draw above is as it was.
+	if len(c.Nodes) > 1 && r.IntN(4) == 0 {
+		first := r.IntN(len(c.Nodes))
+		second := (first + 1 + r.IntN(len(c.Nodes)-1)) % len(c.Nodes)
+		for i, node := range []int{first, second} {
+			name := c.Nodes[node].Name
+			slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("split-%d", i)}, Spec: resourceapi.ResourceSliceSpec{
+				Driver: GPUDriver, Pool: pool("split", 2), NodeName: ptr.To(name),
+				Devices: []resourceapi.Device{{Name: fmt.Sprintf("gpu-%d", i),
+					Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"model": {StringValue: ptr.To(pick(r, "a100", "h100"))}}}},
+			}}
+			add(slice)
+			if r.Float64() < busy {
+				c.InUse.Insert(structured.MakeDeviceID(GPUDriver, "split", slice.Spec.Devices[0].Name))
+			}
+		}
+	}
 	return c
 }
 
