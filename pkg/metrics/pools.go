@@ -97,11 +97,11 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"answer"})
 
-	// EarlyRefusals: pods DRAScope's PreFilter refused, or considered
-	// refusing, before upstream's (plugins/drascope/refuseearly.go).
+	// EarlyRefusals: pods DRAScope's PreFilter pruned for before
+	// upstream's, refused or passed (plugins/drascope/prunefirst.go).
 	EarlyRefusals = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "drascope_early_refusals_total",
-		Help:           "Scheduling attempts for which the availability index hinted that no node reaches a free device, by result: Refused (node pruning on the in-use set and slices upstream's PreFilter would have used found no node; the pod was refused without running upstream's PreFilter) or Passed (it found a node; upstream's PreFilter ran, and the attempt gathered the in-use set twice).",
+		Help:           "Scheduling attempts node pruning ran on before upstream's PreFilter, by result: Refused (no node reaches a free device for every request; the pod was refused without running upstream's PreFilter) or Passed (upstream's PreFilter ran on the same in-use set, with the slices of the pools that reach the nodes left).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 
@@ -226,7 +226,7 @@ const (
 	EarlyRefusalPassed  = "Passed"
 )
 
-// ObserveEarlyRefusal counts an attempt the index hinted nothing fits.
+// ObserveEarlyRefusal counts an attempt pruned before upstream's PreFilter.
 func ObserveEarlyRefusal(result string) {
 	EarlyRefusals.WithLabelValues(result).Inc()
 }

@@ -164,43 +164,6 @@ func (x *Index) Candidates(claims []*resourceapi.ResourceClaim, classes ClassGet
 	return names, all
 }
 
-// NothingFree is a hint: it reports whether, as far as the index knows
-// now (the slices the last pruning cycle listed, and the claims it has
-// seen), some request of the claims reaches no free device on any node: no
-// node-local slice of a driver the request may use has one, and no slice
-// of such a driver is bound to something other than one node. It is not
-// checked against any cycle's in-use set; Candidates, on the cycle's own
-// view, decides. It costs a look per driver, and per slice not bound to
-// one node.
-func (x *Index) NothingFree(claims []*resourceapi.ResourceClaim, classes ClassGetter) bool {
-	needs, ok := needsOf(claims, classes)
-	if !ok || len(needs) == 0 || len(needs) > maxNeeds {
-		return false
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, n := range needs {
-		if x.nothingFreeLocked(n) {
-			return true
-		}
-	}
-	return false
-}
-
-func (x *Index) nothingFreeLocked(n need) bool {
-	for driver, nodes := range x.freeOn {
-		if len(nodes) > 0 && n.accepts(driver) {
-			return false
-		}
-	}
-	for e := range x.walked {
-		if n.accepts(e.slice.Spec.Driver) {
-			return false
-		}
-	}
-	return true
-}
-
 func (x *Index) observed(o Outcome) {
 	if x.observe != nil {
 		x.observe(o)

@@ -76,18 +76,20 @@ func TestPendingPodsMetric(t *testing.T) {
 // later is found at once (the availability index prunes only when its
 // in-use set is the cycle's, so no stale index can hide the freed node).
 // The index, not only the pass over every slice, must have pruned for
-// some of these pods, and the pod no node can serve must have been
-// refused before upstream's PreFilter (refuseearly.go), with the same
-// words, and still be retried when a GPU frees: tests run one at a time,
-// so the counters moved for them.
+// some of these pods; the pod no node can serve must have been refused
+// before upstream's PreFilter (prunefirst.go), with the same words, and
+// still be retried when a GPU frees; and the pod placed on the one node
+// with a free GPU must have been pruned for first, its allocator built
+// over that node's pool: tests run one at a time, so the counters moved
+// for them.
 func TestPruningLeavesNodesWithoutFreeDevicesOut(t *testing.T) {
 	indexed := func() float64 {
 		return max(0, scrapeGauge(t, "drascope_node_pruning_total", map[string]string{"answer": "Indexed"}))
 	}
-	refusedEarly := func() float64 {
-		return max(0, scrapeGauge(t, "drascope_early_refusals_total", map[string]string{"result": "Refused"}))
+	prunedFirst := func(result string) float64 {
+		return max(0, scrapeGauge(t, "drascope_early_refusals_total", map[string]string{"result": result}))
 	}
-	before, refusedBefore := indexed(), refusedEarly()
+	before, refusedBefore := indexed(), prunedFirst("Refused")
 	s := newScenario(t, nil)
 	nodes := []string{s.addNode("a", 1), s.addNode("b", 1), s.addNode("c", 1)}
 	s.addClaimTemplate("gpu", false)
@@ -99,14 +101,18 @@ func TestPruningLeavesNodesWithoutFreeDevicesOut(t *testing.T) {
 	s.addPodWith("pinned-to-full", schedulerName, fromTemplate("gpu"), pinTo(nodes[0]))
 	s.waitForPodUnschedulable("pinned-to-full", "didn't satisfy plugin(s) [DRAScope]", "didn't match Pod's node affinity/selector")
 
+	passedBefore := prunedFirst("Passed")
 	s.addPod("anywhere", schedulerName, fromTemplate("gpu"))
 	if got := s.waitForPodScheduled("anywhere").Spec.NodeName; got != nodes[2] {
 		t.Errorf("pod anywhere landed on %s, want %s, the only node with a free GPU", got, nodes[2])
 	}
+	if after := prunedFirst("Passed"); after <= passedBefore {
+		t.Errorf("drascope_early_refusals_total{result=\"Passed\"} stayed at %v: the pod placed was not pruned for before upstream's PreFilter", after)
+	}
 
 	s.addPod("waiting", schedulerName, fromTemplate("gpu"))
 	s.waitForPodUnschedulable("waiting", "cannot allocate all claims: no node can reach a free device for every request")
-	if after := refusedEarly(); after <= refusedBefore {
+	if after := prunedFirst("Refused"); after <= refusedBefore {
 		t.Errorf("drascope_early_refusals_total{result=\"Refused\"} stayed at %v: the pod no node can serve was refused after upstream's PreFilter", after)
 	}
 

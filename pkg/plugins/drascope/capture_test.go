@@ -45,6 +45,16 @@ type recordingTracker struct {
 	fwk.ResourceClaimTracker
 	listCalls, gatherCalls int
 	last                   sets.Set[structured.DeviceID]
+	// change, when set, may replace the claim a Get returns.
+	change func(*resourceapi.ResourceClaim) *resourceapi.ResourceClaim
+}
+
+func (t *recordingTracker) Get(namespace, name string) (*resourceapi.ResourceClaim, error) {
+	claim, err := t.ResourceClaimTracker.Get(namespace, name)
+	if err == nil && t.change != nil {
+		claim = t.change(claim)
+	}
+	return claim, err
 }
 
 func (t *recordingTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {

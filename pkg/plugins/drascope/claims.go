@@ -20,7 +20,7 @@ type podClaims struct {
 	allocated int
 	// refused counts the claims upstream's PreFilter refuses the pod
 	// for whatever the devices: being deleted, or made from a template
-	// for another pod (refuseearly.go).
+	// for another pod (prunefirst.go).
 	refused int
 }
 

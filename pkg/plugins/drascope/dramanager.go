@@ -90,6 +90,9 @@ type draManager struct {
 	// steering limits the listed slices to a planned gang member's
 	// devices (gangs.go).
 	steering steering
+	// served, while set, answers upstream's PreFilter in place of the
+	// manager it wraps: what pruning first gathered (prunefirst.go).
+	served atomic.Pointer[servedView]
 }
 
 // newDRAManager decorates the scheduler's shared DRA manager for one
@@ -100,7 +103,7 @@ func newDRAManager(inner fwk.SharedDRAManager, observer inFlightObserver, withhe
 		holds = &releasehold.Holds{}
 	}
 	m := &draManager{SharedDRAManager: inner}
-	m.claims = claimTracker{ResourceClaimTracker: inner.ResourceClaims(), observer: observer, withheld: withheld, holds: holds, capture: &m.capture}
+	m.claims = claimTracker{ResourceClaimTracker: inner.ResourceClaims(), observer: observer, withheld: withheld, holds: holds, capture: &m.capture, served: &m.served}
 	return m
 }
 
@@ -118,6 +121,8 @@ type claimTracker struct {
 	withheld Withheld
 	// capture receives the in-use set handed to upstream.
 	capture *cycleCapture
+	// served: draManager.served.
+	served *atomic.Pointer[servedView]
 	// holds keep released allocations in use until their fate is known
 	// (pkg/releasehold), for every profile of the scheduler.
 	holds *releasehold.Holds
@@ -203,10 +208,27 @@ func (t *claimTracker) addWithheld(state structured.AllocatedState, shares bool)
 	t.capture.sawInUse(&inUseSeen{state: state, withheld: withheld, kept: kept})
 }
 
+// servedInUse is the in-use state being served (nil: none), which the
+// capture then holds again, as if gathered afresh.
+func (t *claimTracker) servedInUse() *inUseSeen {
+	if t.served == nil {
+		return nil
+	}
+	served := t.served.Load()
+	if served == nil {
+		return nil
+	}
+	t.capture.sawInUse(served.seen)
+	return served.seen
+}
+
 // ListAllAllocatedDevices is what upstream's PreFilter hands the allocator
 // as in use (without consumable capacity). The set is a fresh copy for
 // each call, so adding to it changes nothing else.
 func (t *claimTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
+	if seen := t.servedInUse(); seen != nil {
+		return seen.state.AllocatedDevices, nil
+	}
 	allocated, err := t.ResourceClaimTracker.ListAllAllocatedDevices()
 	if err == nil && allocated != nil {
 		t.addWithheld(structured.AllocatedState{AllocatedDevices: allocated}, false)
@@ -217,6 +239,10 @@ func (t *claimTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID],
 // GatherAllocatedState is ListAllAllocatedDevices with consumable capacity.
 // A device in AllocatedDevices is in use for every request, shared or not.
 func (t *claimTracker) GatherAllocatedState() (*structured.AllocatedState, error) {
+	if seen := t.servedInUse(); seen != nil {
+		state := seen.state
+		return &state, nil
+	}
 	state, err := t.ResourceClaimTracker.GatherAllocatedState()
 	if err == nil && state != nil {
 		if state.AllocatedDevices == nil {

@@ -241,9 +241,11 @@ func (pl *DRAScope) Name() string {
 // nodes (prune.go).
 // Upstream goes first because its PostFilter expects the cycle state its
 // PreFilter writes; refusing before it would turn a clear "unschedulable"
-// into a PostFilter error. The one exception is a pod no node can serve,
-// refused where upstream's PreFilter and PostFilter provably change
-// nothing (refuseearly.go), and whose PostFilter DRAScope answers itself.
+// into a PostFilter error. The one exception is pruning, which runs first
+// where upstream's PreFilter would build an allocator from the in-use set
+// and slices alone (prunefirst.go): a pod no node can serve is refused
+// there, where upstream's PreFilter and PostFilter provably change
+// nothing, and DRAScope's PostFilter answers for upstream's.
 // Both run before anything is reserved.
 func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if pl.manager != nil {
@@ -273,10 +275,14 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		// that a hold ending in between still retries the pod.
 		pl.waiting.RetryWhenDevicesFree(pod)
 	}
+	var first *prunedFirst
 	if gathered {
-		// On a full cluster, most pods: refused without upstream's
-		// PreFilter where that is the same (refuseearly.go).
-		if status := pl.refuseEarly(ctx, state, pod, nodes, claims); status != nil {
+		// Pruned before upstream's PreFilter where that is the same
+		// (prunefirst.go): on a full cluster most pods are refused there,
+		// and elsewhere upstream's allocator is set up over the
+		// candidates only.
+		var status *fwk.Status
+		if first, status = pl.pruneFirst(ctx, state, pod, nodes, claims); status != nil {
 			return nil, status
 		}
 	}
@@ -289,7 +295,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	// In a pod-group preemption's dry run, the victims' devices are free
 	// (gangpreemption.go).
 	dryRun, stopFreeing := pl.freeVictimsDevices(ctx, pod, claims)
-	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
+	result, status, first := pl.upstreamPreFilter(ctx, state, pod, nodes, claims, first)
 	stopFreeing()
 	stopSteering()
 	if pl.manager != nil && pl.manager.bestFit != nil {
@@ -307,6 +313,14 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 	}
 	if status := pl.checkAdminAccess(ctx, pod, claims); !status.IsSuccess() {
 		return nil, status
+	}
+	if first != nil && result.AllNodes() {
+		// Pruned already. The pod is no gang member and not nominated
+		// (mayPruneFirst): no plan, no dry run, no node to stay on.
+		if w := pl.newWhatIf(first.view, claims); w != nil {
+			state.Write(whatIfStateKey, w)
+		}
+		return first.result, nil
 	}
 	if result.AllNodes() && gathered {
 		view := pl.takeCycleView(pod, claims)

@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
@@ -91,6 +92,89 @@ func BenchmarkRefusedAttempt(b *testing.B) {
 				for b.Loop() {
 					if _, status := pl.PreFilter(ctx, framework.NewCycleState(), pod, infos); status.Code() != fwk.UnschedulableAndUnresolvable || status.Message() != noFreeDevice {
 						b.Fatalf("DRAScope's PreFilter: %v, want %q", status, noFreeDevice)
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkPlacedAttempt: the scheduling cycle of a pod that fits, on a
+// nearly full cluster of 10 GPUs per node where one node in 200 has a free
+// GPU, per pod: upstream's PreFilter and its Filter on every node (one
+// goroutine), and DRAScope's PreFilter and the Filter on the nodes it
+// leaves (pruning, and upstream's PreFilter and Filter on the pruned view),
+// under the scheduler's default feature gates.
+func BenchmarkPlacedAttempt(b *testing.B) {
+	for _, nodes := range []int{500, 2000} {
+		b.Run(fmt.Sprintf("%dnodes", nodes), func(b *testing.B) {
+			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(0)))
+			defer cancel()
+			mine := captureClaim("mine")
+			pod := capturePod(mine)
+			objects := []runtime.Object{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver}}, mine, pod}
+			index := nodeprune.NewIndex(nodeprune.IndexOptions{})
+			var nodeObjects []*v1.Node
+			free := 0
+			for n := range nodes {
+				node := fmt.Sprintf("node-%d", n)
+				nodeObjects = append(nodeObjects, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+				objects = append(objects, captureSlice(node, 10))
+				if n%200 == 0 {
+					free++
+				}
+				for d := range 10 {
+					if n%200 == 0 && d == 0 {
+						continue
+					}
+					claim := captureClaim(fmt.Sprintf("fill-%d-%d", n, d), node, fmt.Sprintf("gpu-%d", d))
+					claim.ResourceVersion = "1"
+					objects = append(objects, claim)
+					index.SetClaim(claim)
+				}
+			}
+			// The scheduler's features at the default gates, which choose
+			// the allocator it runs.
+			fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+			upstream, manager, _ := upstreamThroughDecorator(ctx, b, objects, fts, nil)
+			snapshot := internalcache.NewSnapshot(nil, nodeObjects)
+			infos, err := snapshot.NodeInfos().List()
+			if err != nil {
+				b.Fatal(err)
+			}
+			pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(), index: index,
+				handle: snapshotHandle{snapshot: snapshot}}
+
+			b.Run("upstream-PreFilter-Filter", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					state := framework.NewCycleState()
+					if _, status := upstream.PreFilter(ctx, state, pod, infos); !status.IsSuccess() {
+						b.Fatal(status)
+					}
+					fits := 0
+					for _, info := range infos {
+						if upstream.Filter(ctx, state, pod, info).IsSuccess() {
+							fits++
+						}
+					}
+					if fits != free {
+						b.Fatalf("upstream's Filter accepts %d nodes, want %d", fits, free)
+					}
+				}
+			})
+			b.Run("drascope-PreFilter-Filter", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					state := framework.NewCycleState()
+					result, status := pl.PreFilter(ctx, state, pod, infos)
+					if !status.IsSuccess() || result.AllNodes() || result.NodeNames.Len() != free {
+						b.Fatalf("DRAScope's PreFilter: %v, %v; want the %d nodes with a free GPU", result, status, free)
+					}
+					for _, info := range infos {
+						if result.NodeNames.Has(info.Node().Name) && !pl.Filter(ctx, state, pod, info).IsSuccess() {
+							b.Fatalf("DRAScope's Filter refuses %s, a node with a free GPU", info.Node().Name)
+						}
 					}
 				}
 			})

@@ -9,11 +9,12 @@ import (
 
 // ResourceSlices is what upstream's PreFilter lists slices through.
 func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
-	return listedSlices{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), ignore: &m.countersIgnored, capture: &m.capture, bestFit: m.bestFit, steering: &m.steering, freeing: &m.claims.freeing}
+	return listedSlices{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), served: &m.served, ignore: &m.countersIgnored, capture: &m.capture, bestFit: m.bestFit, steering: &m.steering, freeing: &m.claims.freeing}
 }
 
 // listedSlices lists the scheduler's slices as upstream's allocator gets
-// them, in four steps: with bestFit, each slice's devices in BestFit
+// them (or, while pruning first serves upstream's PreFilter, the slices it
+// serves: prunefirst.go), in four steps: with bestFit, each slice's devices in BestFit
 // order (devicechoice.go); in a gang's preemption dry run, the victims'
 // devices after the others (gangpreemption.go); while steering, only the free devices a gang
 // plan allows (gangs.go); while ignore is set, every device consuming zero
@@ -21,6 +22,7 @@ func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
 // to the cycle's capture.
 type listedSlices struct {
 	fwk.ResourceSliceLister
+	served   *atomic.Pointer[servedView]
 	ignore   *countersIgnored
 	capture  *cycleCapture
 	bestFit  *bestFit
@@ -29,7 +31,13 @@ type listedSlices struct {
 }
 
 func (l listedSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
-	slices, err := l.ResourceSliceLister.ListWithDeviceTaintRules()
+	var slices []*resourceapi.ResourceSlice
+	var err error
+	if served := l.servedSlices(); served != nil {
+		slices = served.slices
+	} else {
+		slices, err = l.ResourceSliceLister.ListWithDeviceTaintRules()
+	}
 	if err == nil && l.bestFit != nil {
 		// Before the counters go: the order reads what devices consume.
 		slices = l.bestFit.order(slices, l.capture)
@@ -51,4 +59,12 @@ func (l listedSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, 
 		l.capture.sawSlices(slices)
 	}
 	return slices, err
+}
+
+// servedSlices is the view being served (nil: none).
+func (l listedSlices) servedSlices() *servedView {
+	if l.served == nil {
+		return nil
+	}
+	return l.served.Load()
 }

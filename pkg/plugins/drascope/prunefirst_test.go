@@ -2,6 +2,7 @@ package drascope
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -9,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
@@ -18,16 +21,17 @@ import (
 	"github.com/drascope/drascope/pkg/nodeprune"
 )
 
-// TestEarlyRefusalOnlyWhereUpstreamWouldAllocate is differential: for each
+// TestPruningFirstOnlyWhereUpstreamWouldAllocate is differential: for each
 // pod, upstream's real PreFilter (v1.37.1, through the decorator) runs
-// beside the early refusal's gate (mayRefuseEarly, then the index's hint,
-// which an empty index gives for every request it can resolve). Wherever
-// the gate would let DRAScope refuse a pod without upstream's PreFilter,
-// upstream's PreFilter must have succeeded and built an allocator: then
-// only the allocator's answer, which pruning stands in for, could refuse
-// the pod, and skipping upstream changes nothing. Each case also pins
-// whether the gate opens, so that a gate that never opens fails too.
-func TestEarlyRefusalOnlyWhereUpstreamWouldAllocate(t *testing.T) {
+// beside pruning first's gate (mayPruneFirst). Wherever the gate would let
+// DRAScope prune before upstream's PreFilter (and refuse the pod without
+// it, or serve it the pruned view), upstream's PreFilter must have
+// succeeded and built an allocator: then only the allocator's answer,
+// which pruning stands in for, could refuse the pod, skipping upstream
+// changes nothing, and the allocator is built from the in-use set and
+// slices alone. Each case also pins whether the gate opens, so that a gate
+// that never opens fails too.
+func TestPruningFirstOnlyWhereUpstreamWouldAllocate(t *testing.T) {
 	mine := func(mutate ...func(*resourceapi.ResourceClaim)) *resourceapi.ResourceClaim {
 		claim := captureClaim("mine")
 		for _, m := range mutate {
@@ -136,7 +140,7 @@ func TestEarlyRefusalOnlyWhereUpstreamWouldAllocate(t *testing.T) {
 			}
 
 			claims := pl.claimsOf(pod)
-			gate := pl.mayRefuseEarly(pod, claims) && pl.index.NothingFree(claims.toAllocate, pl.deviceClass)
+			gate := pl.mayPruneFirst(pod, claims)
 
 			info := framework.NewNodeInfo()
 			info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
@@ -144,7 +148,7 @@ func TestEarlyRefusalOnlyWhereUpstreamWouldAllocate(t *testing.T) {
 			_, status := upstream.PreFilter(ctx, framework.NewCycleState(), pod, []fwk.NodeInfo{info})
 			_, _, built := manager.capture.take()
 			if gate && !(status.IsSuccess() && built) {
-				t.Errorf("the early refusal's gate opens, but upstream's PreFilter returned %v (allocator built: %v): refusing early would replace upstream's answer", status, built)
+				t.Errorf("pruning first's gate opens, but upstream's PreFilter returned %v (allocator built: %v): pruning first would replace upstream's answer", status, built)
 			}
 			if gate != tc.gate {
 				t.Errorf("the gate opens: %v, want %v (upstream's PreFilter: %v)", gate, tc.gate, status)
@@ -171,5 +175,116 @@ func TestPostFilterAfterAnEarlyRefusal(t *testing.T) {
 	result, status := pl.PostFilter(ctx, state, pod, nil)
 	if result != nil || status.Code() != fwk.Unschedulable {
 		t.Errorf("PostFilter after an early refusal = %v, %v; want nil, Unschedulable", result, status)
+	}
+}
+
+// pruningFirstCluster is three nodes of two GPUs, every GPU held but
+// node-2's gpu-1, and a DRAScope over it whose index is fed as the
+// scheduler feeds it.
+func pruningFirstCluster(ctx context.Context, t *testing.T, fts feature.Features) (*DRAScope, *recordingManager, *v1.Pod, []fwk.NodeInfo) {
+	t.Helper()
+	mine := captureClaim("mine")
+	pod := capturePod(mine)
+	objects := []runtime.Object{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver}}, mine, pod}
+	index := nodeprune.NewIndex(nodeprune.IndexOptions{})
+	var nodes []*v1.Node
+	for _, node := range []string{"node-1", "node-2", "node-3"} {
+		nodes = append(nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+		objects = append(objects, captureSlice(node, 2))
+		for _, device := range []string{"gpu-0", "gpu-1"} {
+			if node == "node-2" && device == "gpu-1" {
+				continue
+			}
+			held := captureClaim(node+"-"+device, node, device)
+			held.ResourceVersion = "1"
+			objects = append(objects, held)
+			index.SetClaim(held)
+		}
+	}
+	upstream, manager, recording := upstreamThroughDecorator(ctx, t, objects, fts, nil)
+	snapshot := internalcache.NewSnapshot(nil, nodes)
+	infos, err := snapshot.NodeInfos().List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(), index: index,
+		handle: snapshotHandle{snapshot: snapshot}}
+	return pl, recording, pod, infos
+}
+
+// Where pruning leaves some nodes, upstream's PreFilter works on the view
+// pruning gathered: no second copy of the in-use set, no second listing,
+// and an allocator over the pools of the candidates only, whose Filter
+// places the pod on the candidate.
+func TestPruningFirstServesUpstreamItsView(t *testing.T) {
+	for _, consumable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("consumable capacity %v", consumable), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			fts := feature.Features{EnableDynamicResourceAllocation: true, EnableDRAConsumableCapacity: consumable}
+			pl, recording, pod, nodes := pruningFirstCluster(ctx, t, fts)
+
+			state := framework.NewCycleState()
+			result, status := pl.PreFilter(ctx, state, pod, nodes)
+			if !status.IsSuccess() || result.AllNodes() || !result.NodeNames.Equal(sets.New("node-2")) {
+				t.Fatalf("DRAScope's PreFilter = %v, %v; want node-2 only", result, status)
+			}
+			if calls := recording.claims.listCalls + recording.claims.gatherCalls; calls != 1 {
+				t.Errorf("the in-use set was gathered %d times in the cycle, want once (pruning's, served to upstream)", calls)
+			}
+			if calls := recording.slices.calls; calls != 1 {
+				t.Errorf("the slices were listed %d times in the cycle, want once", calls)
+			}
+			_, served, ok := pl.manager.capture.take()
+			if !ok {
+				t.Fatal("upstream's PreFilter built no allocator")
+			}
+			if len(served) != 1 || ptr.Deref(served[0].Spec.NodeName, "") != "node-2" {
+				var names []string
+				for _, slice := range served {
+					names = append(names, slice.Name)
+				}
+				t.Errorf("upstream's allocator was built over slices %v, want node-2's only", names)
+			}
+			for _, node := range nodes {
+				if node.Node().Name != "node-2" {
+					continue
+				}
+				if status := pl.Filter(ctx, state, pod, node); !status.IsSuccess() {
+					t.Errorf("Filter on node-2, which has a free GPU: %v", status)
+				}
+			}
+		})
+	}
+}
+
+// A claim that changes after pruning first read it, while upstream's
+// PreFilter reads it again (here: another scheduler allocated it on node-1,
+// which pruning left out): upstream's PreFilter runs again on its own view,
+// and nothing is pruned on the old one.
+func TestPruningFirstStandsDownWhenAClaimChanges(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fts := feature.Features{EnableDynamicResourceAllocation: true}
+	pl, recording, pod, nodes := pruningFirstCluster(ctx, t, fts)
+	changed := false
+	recording.claims.change = func(claim *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+		if claim.Name != "mine" || !changed && pl.manager.served.Load() == nil {
+			return claim
+		}
+		changed = true
+		allocated := captureClaim("mine", "node-1", "gpu-0")
+		allocated.ResourceVersion = claim.ResourceVersion + "1"
+		return allocated
+	}
+
+	result, status := pl.PreFilter(ctx, framework.NewCycleState(), pod, nodes)
+	if !changed {
+		t.Fatal("upstream's PreFilter did not read the claim while served")
+	}
+	if !status.IsSuccess() || !result.AllNodes() {
+		t.Errorf("DRAScope's PreFilter = %v, %v; want every node: the claim is allocated now, and pruning's view is stale", result, status)
 	}
 }
