@@ -2,7 +2,9 @@ package nodeprune_test
 
 import (
 	"context"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -40,6 +42,14 @@ type outcome struct {
 	comparedRestricted int
 }
 
+// featureSets are dracases' and the stable allocator with partitionable
+// devices, which reads slices with shared counters on every node.
+var featureSets = func() map[string]structured.Features {
+	sets := maps.Clone(dracases.FeatureSets)
+	sets["stable-partitionable"] = structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true}
+	return sets
+}()
+
 // check runs one case: the allocator of each feature set on every node,
 // against the candidates.
 func check(t *testing.T, seed uint64, o *outcome) {
@@ -58,14 +68,14 @@ func check(t *testing.T, seed uint64, o *outcome) {
 	}
 	// What DRAScope hands upstream's allocator after pruning: the slices of
 	// the pools that reach a candidate.
-	reaching := c.Slices
-	if !all {
-		reaching = nodeprune.PoolsReaching(c.Slices, names)
-	}
-	for setName, features := range dracases.FeatureSets {
+	for setName, features := range featureSets {
 		allocator, err := allocatorOver(features, c.InUse, c.Slices)
 		if err != nil {
 			t.Fatalf("seed %d, features %s: building the allocator: %v", seed, setName, err)
+		}
+		reaching := c.Slices
+		if !all {
+			reaching = nodeprune.PoolsReaching(c.Slices, names, nodeprune.CountersReachEveryNode(features))
 		}
 		restricted, err := allocatorOver(features, c.InUse, reaching)
 		if err != nil {
@@ -81,10 +91,11 @@ func check(t *testing.T, seed uint64, o *outcome) {
 				// slice: the same devices, or the same refusal.
 				again, errAgain := restricted.Allocate(context.Background(), node, c.Claims)
 				same := (err == nil) == (errAgain == nil) && len(results) == len(again)
-				if setName != "ga" {
-					// The stable allocator ("ga") visits pools in map
-					// order, so its choice may differ between two runs
-					// over the same slices; the others sort the pools.
+				if !strings.HasPrefix(setName, "ga") && !strings.HasPrefix(setName, "stable") {
+					// The stable allocator ("ga", "stable-partitionable")
+					// visits pools in map order, so its choice may differ
+					// between two runs over the same slices; the others
+					// sort the pools.
 					same = same && apiequality.Semantic.DeepEqual(withoutShareIDs(results), withoutShareIDs(again))
 				}
 				if !same {

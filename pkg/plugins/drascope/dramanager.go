@@ -224,7 +224,9 @@ func (t *claimTracker) servedInUse() *inUseSeen {
 
 // ListAllAllocatedDevices is what upstream's PreFilter hands the allocator
 // as in use (without consumable capacity). The set is a fresh copy for
-// each call, so adding to it changes nothing else.
+// each call, so adding to it changes nothing else; while pruning first
+// serves upstream, it is the set pruning gathered, which nothing changes
+// after.
 func (t *claimTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
 	if seen := t.servedInUse(); seen != nil {
 		return seen.state.AllocatedDevices, nil

@@ -91,6 +91,9 @@ type DRAScope struct {
 	filterTimeout time.Duration
 	// nodeAllocatableResources: preemption.go, newWhatIf.
 	nodeAllocatableResources bool
+	// countersReachEveryNode: the allocator upstream builds reads slices
+	// with shared counters on every node (nodeprune.PoolsReaching).
+	countersReachEveryNode bool
 	// handle is the scheduler's, for the cycle's node snapshot.
 	handle fwk.Handle
 	// gangPlans steer gang members to devices chosen for all of them at
@@ -182,6 +185,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 			}),
 		}
 		pl.nodeAllocatableResources = fts.EnableDRANodeAllocatableResources
+		pl.countersReachEveryNode = nodeprune.CountersReachEveryNode(pl.allocating.Features)
 		if fts.EnableDRASchedulerFilterTimeout && args.FilterTimeout != nil {
 			pl.filterTimeout = args.FilterTimeout.Duration
 		}

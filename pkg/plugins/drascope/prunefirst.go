@@ -78,11 +78,8 @@ func (pl *DRAScope) pruneFirst(ctx context.Context, state fwk.CycleState, pod *v
 	}
 	metrics.ObserveEarlyRefusal(metrics.EarlyRefusalPassed)
 	served := &servedView{seen: view.seen, slices: view.slices}
-	if !result.AllNodes() && !pl.nodeAllocatableResources {
-		// With DRANodeAllocatableResources, upstream's PreFilter lists the
-		// slices for node-allocatable resources too, on every node: it
-		// gets them all.
-		served.slices = nodeprune.PoolsReaching(view.slices, result.NodeNames)
+	if !result.AllNodes() {
+		served.slices = nodeprune.PoolsReaching(view.slices, result.NodeNames, pl.countersReachEveryNode)
 	}
 	return &prunedFirst{view: view, result: result, served: served}, nil
 }
@@ -117,9 +114,7 @@ func (pl *DRAScope) upstreamPreFilter(ctx context.Context, state fwk.CycleState,
 		result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
 		return result, status, nil
 	}
-	pl.manager.served.Store(first.served)
-	result, status := pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
-	pl.manager.served.Store(nil)
+	result, status := pl.servedPreFilter(ctx, state, pod, nodes, claims, first.served)
 	if !status.IsSuccess() || pl.claimsUnchanged(claims) {
 		return result, status, first
 	}
@@ -189,6 +184,16 @@ func (pl *DRAScope) mayPruneFirst(pod *v1.Pod, claims *podClaims) bool {
 		}
 	}
 	return true
+}
+
+// servedPreFilter runs upstream's PreFilter while the decorated manager
+// serves it served. Upstream's other listings of slices (node-allocatable
+// resources in Filter, after this returns) and every call outside this
+// cycle's PreFilter get fresh answers.
+func (pl *DRAScope) servedPreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, claims *podClaims, served *servedView) (*fwk.PreFilterResult, *fwk.Status) {
+	pl.manager.served.Store(served)
+	defer pl.manager.served.Store(nil)
+	return pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
 }
 
 const refusedEarlyKey fwk.StateKey = Name + "/refused-early"
