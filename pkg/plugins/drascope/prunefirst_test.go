@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
-	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
@@ -179,36 +178,12 @@ func TestPostFilterAfterAnEarlyRefusal(t *testing.T) {
 }
 
 // pruningFirstCluster is three nodes of two GPUs, every GPU held but
-// node-2's gpu-1, and a DRAScope over it whose index is fed as the
-// scheduler feeds it.
+// node-2's gpu-1.
 func pruningFirstCluster(ctx context.Context, t *testing.T, fts feature.Features) (*DRAScope, *recordingManager, *v1.Pod, []fwk.NodeInfo) {
 	t.Helper()
-	mine := captureClaim("mine")
-	pod := capturePod(mine)
-	objects := []runtime.Object{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver}}, mine, pod}
-	index := nodeprune.NewIndex(nodeprune.IndexOptions{})
-	var nodes []*v1.Node
-	for _, node := range []string{"node-1", "node-2", "node-3"} {
-		nodes = append(nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-		objects = append(objects, captureSlice(node, 2))
-		for _, device := range []string{"gpu-0", "gpu-1"} {
-			if node == "node-2" && device == "gpu-1" {
-				continue
-			}
-			held := captureClaim(node+"-"+device, node, device)
-			held.ResourceVersion = "1"
-			objects = append(objects, held)
-			index.SetClaim(held)
-		}
-	}
-	upstream, manager, recording := upstreamThroughDecorator(ctx, t, objects, fts, nil)
-	snapshot := internalcache.NewSnapshot(nil, nodes)
-	infos, err := snapshot.NodeInfos().List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(), index: index,
-		handle: snapshotHandle{snapshot: snapshot}}
+	pl, _, recording, pod, infos := heldCluster(ctx, t, []string{"node-1", "node-2", "node-3"}, 2, func(node string, device int) bool {
+		return node == "node-2" && device == 1
+	}, fts)
 	return pl, recording, pod, infos
 }
 

@@ -14,6 +14,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 
 	"github.com/drascope/drascope/pkg/nodeprune"
@@ -39,31 +40,8 @@ func BenchmarkRefusedAttempt(b *testing.B) {
 		b.Run(fmt.Sprintf("%dnodes", nodes), func(b *testing.B) {
 			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(0)))
 			defer cancel()
-			mine := captureClaim("mine")
-			pod := capturePod(mine)
-			objects := []runtime.Object{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver}}, mine, pod}
-			index := nodeprune.NewIndex(nodeprune.IndexOptions{})
-			var nodeObjects []*v1.Node
-			for n := range nodes {
-				node := fmt.Sprintf("node-%d", n)
-				nodeObjects = append(nodeObjects, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-				objects = append(objects, captureSlice(node, 10))
-				for d := range 10 {
-					claim := captureClaim(fmt.Sprintf("fill-%d-%d", n, d), node, fmt.Sprintf("gpu-%d", d))
-					claim.ResourceVersion = "1"
-					objects = append(objects, claim)
-					index.SetClaim(claim)
-				}
-			}
-			fts := feature.Features{EnableDynamicResourceAllocation: true}
-			upstream, manager, _ := upstreamThroughDecorator(ctx, b, objects, fts, nil)
-			snapshot := internalcache.NewSnapshot(nil, nodeObjects)
-			infos, err := snapshot.NodeInfos().List()
-			if err != nil {
-				b.Fatal(err)
-			}
-			pl := &DRAScope{DynamicResources: upstream, enabled: true, manager: manager, claims: manager.ResourceClaims(), index: index,
-				handle: snapshotHandle{snapshot: snapshot}}
+			pl, upstream, _, pod, infos := heldCluster(ctx, b, nodeNames(nodes), 10, func(string, int) bool { return false },
+				feature.Features{EnableDynamicResourceAllocation: true})
 
 			b.Run("upstream-PreFilter", func(b *testing.B) {
 				b.ReportAllocs()
@@ -110,40 +88,16 @@ func BenchmarkPlacedAttempt(b *testing.B) {
 		b.Run(fmt.Sprintf("%dnodes", nodes), func(b *testing.B) {
 			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(0)))
 			defer cancel()
-			mine := captureClaim("mine")
-			pod := capturePod(mine)
-			objects := []runtime.Object{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver}}, mine, pod}
-			index := nodeprune.NewIndex(nodeprune.IndexOptions{})
-			var nodeObjects []*v1.Node
-			free := 0
-			for n := range nodes {
-				node := fmt.Sprintf("node-%d", n)
-				nodeObjects = append(nodeObjects, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-				objects = append(objects, captureSlice(node, 10))
-				if n%200 == 0 {
-					free++
-				}
-				for d := range 10 {
-					if n%200 == 0 && d == 0 {
-						continue
-					}
-					claim := captureClaim(fmt.Sprintf("fill-%d-%d", n, d), node, fmt.Sprintf("gpu-%d", d))
-					claim.ResourceVersion = "1"
-					objects = append(objects, claim)
-					index.SetClaim(claim)
-				}
-			}
+			// One node in 200 has a free GPU.
+			free := (nodes + 199) / 200
 			// The scheduler's features at the default gates, which choose
 			// the allocator it runs.
 			fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
-			upstream, manager, _ := upstreamThroughDecorator(ctx, b, objects, fts, nil)
-			snapshot := internalcache.NewSnapshot(nil, nodeObjects)
-			infos, err := snapshot.NodeInfos().List()
-			if err != nil {
-				b.Fatal(err)
-			}
-			pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(), index: index,
-				handle: snapshotHandle{snapshot: snapshot}}
+			pl, upstream, _, pod, infos := heldCluster(ctx, b, nodeNames(nodes), 10, func(node string, device int) bool {
+				var n int
+				fmt.Sscanf(node, "node-%d", &n)
+				return n%200 == 0 && device == 0
+			}, fts)
 
 			b.Run("upstream-PreFilter-Filter", func(b *testing.B) {
 				b.ReportAllocs()
@@ -180,4 +134,48 @@ func BenchmarkPlacedAttempt(b *testing.B) {
 			})
 		})
 	}
+}
+
+// heldCluster is a DRAScope over upstream's real plugin (through the
+// decorator) on nodes of devices GPUs each, every GPU held by a claim of its
+// own but those free says are free, with the availability index fed as the
+// scheduler feeds it, and the pod that asks for one GPU.
+func heldCluster(ctx context.Context, tb testing.TB, nodes []string, devices int, free func(node string, device int) bool, fts feature.Features) (*DRAScope, *dynamicresources.DynamicResources, *recordingManager, *v1.Pod, []fwk.NodeInfo) {
+	tb.Helper()
+	mine := captureClaim("mine")
+	pod := capturePod(mine)
+	objects := []runtime.Object{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver}}, mine, pod}
+	index := nodeprune.NewIndex(nodeprune.IndexOptions{})
+	var nodeObjects []*v1.Node
+	for _, node := range nodes {
+		nodeObjects = append(nodeObjects, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+		objects = append(objects, captureSlice(node, devices))
+		for d := range devices {
+			if free(node, d) {
+				continue
+			}
+			claim := captureClaim(fmt.Sprintf("fill-%s-%d", node, d), node, fmt.Sprintf("gpu-%d", d))
+			claim.ResourceVersion = "1"
+			objects = append(objects, claim)
+			index.SetClaim(claim)
+		}
+	}
+	upstream, manager, recording := upstreamThroughDecorator(ctx, tb, objects, fts, nil)
+	snapshot := internalcache.NewSnapshot(nil, nodeObjects)
+	infos, err := snapshot.NodeInfos().List()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(), index: index,
+		handle: snapshotHandle{snapshot: snapshot}}
+	return pl, upstream, recording, pod, infos
+}
+
+// nodeNames are node-0 to node-(n-1).
+func nodeNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%d", i)
+	}
+	return names
 }
