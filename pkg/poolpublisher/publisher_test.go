@@ -120,6 +120,9 @@ func TestPublisherFollowsAPool(t *testing.T) {
 	name, _ := v1alpha1.PlainName(testDriver, "node-1")
 
 	waitForObject(t, client, name, "created with 2 devices", totalIs(2))
+	if log.verbs["create"] != 1 || log.total() != 1 {
+		t.Errorf("writes %v, want one create carrying the status", log.verbs)
+	}
 	cache.SetSlice(testSlice("node-1", 3))
 	cache.Sync()
 	waitForObject(t, client, name, "updated to 3 devices", totalIs(3))

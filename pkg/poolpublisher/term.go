@@ -43,6 +43,12 @@ type term struct {
 	// unwritten change before it reads the snapshot, so a change during
 	// the sync's writes gets a deadline of its own.
 	plan *plan
+	// statusApart is set when the server dropped the status a write sent
+	// with the object: the CRD was applied from older manifests, with a
+	// status subresource, and each status takes a write of its own
+	// (writes.go). A term starts without it, so a CRD updated in the
+	// meantime is found again.
+	statusApart bool
 	// crdGone is set when a write found the CRD no longer served: the term
 	// ends, and Run goes back to waiting for it.
 	crdGone bool

@@ -99,6 +99,15 @@ func (t *throttledWrites) Create(ctx context.Context, pool *v1alpha1.ResourcePoo
 	return created, err
 }
 
+func (t *throttledWrites) Update(ctx context.Context, pool *v1alpha1.ResourcePool, opts metav1.UpdateOptions) (*v1alpha1.ResourcePool, error) {
+	if err := t.wait(ctx); err != nil {
+		return nil, err
+	}
+	updated, err := t.ResourcePoolInterface.Update(ctx, pool, opts)
+	t.done(ctx, err)
+	return updated, err
+}
+
 func (t *throttledWrites) UpdateStatus(ctx context.Context, pool *v1alpha1.ResourcePool, opts metav1.UpdateOptions) (*v1alpha1.ResourcePool, error) {
 	if err := t.wait(ctx); err != nil {
 		return nil, err

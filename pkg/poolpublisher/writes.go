@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -202,7 +203,7 @@ func (p *Publisher) sync(ctx context.Context, t *term, id drausage.PoolID) (outc
 	}
 	updated := existing.DeepCopy()
 	updated.Status = *status
-	return written, p.updateStatus(ctx, t, id, updated)
+	return written, p.update(ctx, t, id, updated)
 }
 
 // delete removes one object of a pool, if it is still the one the
@@ -230,18 +231,25 @@ func (p *Publisher) delete(ctx context.Context, t *term, id drausage.PoolID, obj
 	return nil
 }
 
+// create makes a pool's object with its status in one request. A CRD from
+// older manifests has a status subresource, whose apiserver drops the
+// status on create: then the status follows in a second request, as do
+// all of the term's later ones (statusApart).
 func (p *Publisher) create(ctx context.Context, t *term, id drausage.PoolID, snap *poolcache.Snapshot, status *v1alpha1.ResourcePoolStatus) error {
 	obj := &v1alpha1.ResourcePool{
 		ObjectMeta: metav1.ObjectMeta{Name: p.nameFor(t, id)},
 		Spec:       v1alpha1.ResourcePoolSpec{Driver: id.Driver, PoolName: id.Pool, NodeName: snap.NodeName},
+		Status:     *status,
 	}
 	created, err := p.writes.Create(ctx, obj, metav1.CreateOptions{})
+	adopted := false
 	if err == nil {
 		p.wrote("create")
 	}
 	if apierrors.IsAlreadyExists(err) {
 		// Made by an earlier leader after the informer listed: adopt it.
 		created, err = p.client.DrascopeV1alpha1().ResourcePools().Get(ctx, obj.Name, metav1.GetOptions{})
+		adopted = true
 	}
 	if err != nil {
 		return fmt.Errorf("creating ResourcePool %s: %w", obj.Name, err)
@@ -256,28 +264,90 @@ func (p *Publisher) create(ctx context.Context, t *term, id drausage.PoolID, sna
 	// failed status write below leaves it with an empty status, which the
 	// retry sees.
 	p.remember(t, id, created)
+	if poolstatus.Equal(&created.Status, status) {
+		return nil
+	}
+	if !adopted && apiequality.Semantic.DeepEqual(created.Status, v1alpha1.ResourcePoolStatus{}) {
+		p.statusDropped(ctx, t)
+	}
 	created = created.DeepCopy()
 	created.Status = *status
-	return p.updateStatus(ctx, t, id, created)
+	return p.update(ctx, t, id, created)
+}
+
+// update writes an object's new status: with the object, or through the
+// status subresource of a CRD that has one. An update whose answer shows
+// the old status found a CRD given a status subresource since the term
+// began, and is made again through it.
+func (p *Publisher) update(ctx context.Context, t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool) error {
+	p.mu.Lock()
+	apart := t.statusApart
+	p.mu.Unlock()
+	if apart {
+		err := p.updateStatus(ctx, t, id, obj)
+		if apierrors.IsNotFound(err) {
+			// The current CRD applied since: its objects have no status
+			// subresource. The retry writes the whole object, and finds
+			// the object or the CRD gone if that is what this was.
+			p.mu.Lock()
+			t.statusApart = false
+			p.mu.Unlock()
+			return fmt.Errorf("%v; writing the whole object next (the CRD may have no status subresource now)", err)
+		}
+		return err
+	}
+	updated, err := p.writes.Update(ctx, obj, metav1.UpdateOptions{})
+	if err != nil {
+		p.forgetWriteOnConflict(t, id, obj, err)
+		return fmt.Errorf("updating ResourcePool %s: %w", obj.Name, err)
+	}
+	p.wrote("update")
+	p.remember(t, id, updated)
+	if updated.ResourceVersion != obj.ResourceVersion || poolstatus.Equal(&updated.Status, &obj.Status) {
+		return nil
+	}
+	// Nothing was written: the server kept the old status.
+	p.statusDropped(ctx, t)
+	obj = obj.DeepCopy()
+	obj.ResourceVersion = updated.ResourceVersion
+	return p.updateStatus(ctx, t, id, obj)
 }
 
 func (p *Publisher) updateStatus(ctx context.Context, t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool) error {
 	updated, err := p.writes.UpdateStatus(ctx, obj, metav1.UpdateOptions{})
 	if err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			// Someone else changed or removed it: the informer brings the
-			// server state, and the retry starts from it.
-			p.mu.Lock()
-			if w := t.written[id]; w != nil && w.UID == obj.UID {
-				delete(t.written, id)
-			}
-			p.mu.Unlock()
-		}
+		p.forgetWriteOnConflict(t, id, obj, err)
 		return fmt.Errorf("updating status of ResourcePool %s: %w", obj.Name, err)
 	}
 	p.wrote("update")
 	p.remember(t, id, updated)
 	return nil
+}
+
+// forgetWriteOnConflict drops the publisher's own last write of an object
+// someone else changed or removed: the informer brings the server state,
+// and the retry starts from it.
+func (p *Publisher) forgetWriteOnConflict(t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool, err error) {
+	if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w := t.written[id]; w != nil && w.UID == obj.UID {
+		delete(t.written, id)
+	}
+}
+
+// statusDropped notes that the server dropped a status sent with the
+// object: the CRD has a status subresource.
+func (p *Publisher) statusDropped(ctx context.Context, t *term) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t.statusApart {
+		return
+	}
+	t.statusApart = true
+	klog.FromContext(ctx).Info("The ResourcePool CRD has a status subresource (applied from older manifests): writing each status in a request of its own; apply manifests/crds (or upgrade the Helm chart) to create a pool's object in one request")
 }
 
 // remember keeps a pool's object as a write returned it, until the

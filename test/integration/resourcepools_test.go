@@ -19,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
@@ -565,12 +567,130 @@ func TestResourcePoolRepairedAfterHandEdits(t *testing.T) {
 
 	edited := back.DeepCopy()
 	edited.Status.Summary = &v1alpha1.PoolSummary{TotalDevices: 2, AllocatedDevices: 2}
-	if _, err := resourcePools(t).UpdateStatus(s.ctx, edited, metav1.UpdateOptions{}); err != nil {
+	if _, err := resourcePools(t).Update(s.ctx, edited, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	s.waitForResourcePool(name, "its status restored after a hand edit", func(rp *v1alpha1.ResourcePool) bool {
 		return rp.UID == back.UID && summaryIs(2, 0, 2, 0)(rp)
 	})
+}
+
+// A new pool's object is created with its status, in one request: a
+// watcher (kubectl get -w, a dashboard) never sees it empty, and the first
+// publication of N pools costs the apiserver N writes, not 2N. A CRD with a
+// status subresource would drop the status on create.
+func TestNewResourcePoolAppearsWithItsStatus(t *testing.T) {
+	s := newScenario(t, nil)
+	list, err := resourcePools(t).List(s.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := resourcePools(t).Watch(s.ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	name := poolObjectName(t, s.addNode("gpus", 2))
+	first := firstEventFor(t, w, name)
+	rp, _ := first.Object.(*v1alpha1.ResourcePool)
+	if first.Type != watch.Added || rp == nil || !summaryIs(2, 0, 2, 0)(rp) || rp.Generation != 1 {
+		t.Fatalf("first event for ResourcePool %s: %s %+v; want it added with 2 available devices, at generation 1 (one write)", name, first.Type, first.Object)
+	}
+}
+
+// firstEventFor returns the first event of a watch on ResourcePools that
+// names the object.
+func firstEventFor(t *testing.T, w watch.Interface, name string) watch.Event {
+	t.Helper()
+	timeout := time.After(waitTimeout)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch ended before ResourcePool %s appeared", name)
+			}
+			if rp, isPool := ev.Object.(*v1alpha1.ResourcePool); isPool && rp.Name == name {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("ResourcePool %s did not appear within %s; scheduler log: %s", name, waitTimeout, env.schedulerLog)
+		}
+	}
+}
+
+// A CRD applied from older manifests has a status subresource. The
+// publisher finds that from the first create (the apiserver drops the
+// status), says so once, and writes each status through the subresource;
+// once the current CRD is applied again, a status write finds the
+// subresource gone and the next term writes whole objects again.
+func TestPublishingWithAnOlderCRD(t *testing.T) {
+	crds, err := apiextensionsclient.NewForConfig(env.cp.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const crdName = "resourcepools.drascope.dev"
+	setStatusSubresource := func(ctx context.Context, on bool) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			crd, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			crd.Spec.Versions[0].Subresources = nil
+			if on {
+				crd.Spec.Versions[0].Subresources = &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}}
+			}
+			_, err = crds.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, crd, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The apiserver serves the changed CRD a moment later: a dry-run
+		// create shows when a status sent with the object is kept.
+		probe := &v1alpha1.ResourcePool{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe-status-subresource"},
+			Spec:       v1alpha1.ResourcePoolSpec{Driver: driverName, PoolName: "probe"},
+			Status:     v1alpha1.ResourcePoolStatus{ObservedSliceCount: 1},
+		}
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+			got, err := resourcePools(t).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				return false, nil
+			}
+			return (got.Status.ObservedSliceCount == 0) == on, nil
+		})
+		if err != nil {
+			t.Fatalf("the apiserver did not start serving the CRD with status subresource %v", on)
+		}
+	}
+	t.Cleanup(func() { setStatusSubresource(context.Background(), false) })
+
+	s := newScenario(t, nil)
+	logBefore := schedulerLogLength(t)
+	setStatusSubresource(s.ctx, true)
+	node := s.addNode("gpus", 2)
+	name := poolObjectName(t, node)
+	s.waitForResourcePool(name, "published through the status subresource", summaryIs(2, 0, 2, 0))
+	const said = "The ResourcePool CRD has a status subresource"
+	if log := schedulerLogSince(t, logBefore); !strings.Contains(log, said) {
+		t.Errorf("the scheduler log has no %q:\n%s", said, tail(log, 20))
+	}
+	s.addClaimTemplate("gpu", false)
+	s.addPod("before", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("before")
+	s.waitForResourcePool(name, "an allocation published through the status subresource", summaryIs(2, 1, 1, 0))
+
+	logRestored := schedulerLogLength(t)
+	setStatusSubresource(s.ctx, false)
+	s.addPod("after", schedulerName, fromTemplate("gpu"))
+	s.waitForPodScheduled("after")
+	s.waitForResourcePool(name, "an allocation published once the subresource is gone", summaryIs(2, 2, 0, 0))
+	other := poolObjectName(t, s.addNode("more", 2))
+	s.waitForResourcePool(other, "a new pool published whole", summaryIs(2, 0, 2, 0))
+	if log := schedulerLogSince(t, logRestored); strings.Contains(log, "was deleted") {
+		t.Errorf("the scheduler took the status subresource's removal for the CRD's:\n%s", tail(log, 20))
+	}
 }
 
 // (d) of the fault tests (faults_test.go). The CRD deleted while the scheduler publishes: every write would fail the
