@@ -1,8 +1,6 @@
 package poolpublisher
 
 import (
-	"maps"
-	"slices"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -37,16 +35,8 @@ type plan struct {
 	budget, creations *rate.Limiter
 
 	pools map[drausage.PoolID]*poolPlan
-	// ahead counts the pools that have an object and an unwritten change
-	// by the slot of their oldest unwritten change (its time in slots of
-	// slotWidth): the writes due before a pool's are those of the pools
-	// whose changes are older.
-	ahead     map[int64]int
-	slotWidth time.Duration
-	// slots are ahead's keys in order, made again when keys come or go
-	// (a few times a second) rather than on every deadline.
-	slots      []int64
-	slotsStale bool
+	// unwritten counts the pools with an unwritten change.
+	unwritten int
 	// latency is a moving average of how long a sync that wrote took.
 	latency time.Duration
 }
@@ -69,9 +59,6 @@ type poolPlan struct {
 	// writing is the change a sync has taken up and not finished with,
 	// so that a hung write still shows in oldestUnwritten.
 	writing time.Time
-	// slot is the slot the pool is counted in in plan.ahead, if counted.
-	slot    int64
-	counted bool
 }
 
 func newPlan(minInterval, maxDelay time.Duration, workers int, budget, creations *rate.Limiter) *plan {
@@ -82,47 +69,7 @@ func newPlan(minInterval, maxDelay time.Duration, workers int, budget, creations
 		budget:      budget,
 		creations:   creations,
 		pools:       map[drausage.PoolID]*poolPlan{},
-		ahead:       map[int64]int{},
-		// A hundred slots span the delay: fine enough that a pool counts
-		// few pools that changed after it.
-		slotWidth: max(maxDelay/100, time.Millisecond),
 	}
-}
-
-// recount puts a pool in the slot of its oldest unwritten change, or
-// takes it out when it has none or no object yet (a new pool waits for
-// its creation token, not for the workers).
-func (p *plan) recount(st *poolPlan) {
-	if st.counted {
-		if p.ahead[st.slot]--; p.ahead[st.slot] == 0 {
-			delete(p.ahead, st.slot)
-			p.slotsStale = true
-		}
-		st.counted = false
-	}
-	if !st.since.IsZero() && !st.new {
-		st.slot = p.slotOf(st.since)
-		st.counted = true
-		if p.ahead[st.slot]++; p.ahead[st.slot] == 1 {
-			p.slotsStale = true
-		}
-	}
-}
-
-// budgetedShare is the share of the workers' time that writes admitted by
-// the budgets may take at most, up to a half.
-func (p *plan) budgetedShare() float64 {
-	perSecond := 0.0
-	for _, l := range []*rate.Limiter{p.budget, p.creations} {
-		if l != nil {
-			perSecond += float64(l.Limit())
-		}
-	}
-	return min(perSecond*p.latency.Seconds()/float64(p.workers), 0.5)
-}
-
-func (p *plan) slotOf(t time.Time) int64 {
-	return t.UnixNano() / int64(p.slotWidth)
 }
 
 func (p *plan) pool(id drausage.PoolID) *poolPlan {
@@ -146,9 +93,12 @@ func (p *plan) changed(id drausage.PoolID, at, seen time.Time) {
 
 // unwrittenFrom records an unwritten change from at, keeping the oldest.
 func (p *plan) unwrittenFrom(st *poolPlan, at time.Time) {
-	if st.since.IsZero() || at.Before(st.since) {
+	switch {
+	case st.since.IsZero():
+		p.unwritten++
 		st.since = at
-		p.recount(st)
+	case at.Before(st.since):
+		st.since = at
 	}
 }
 
@@ -170,63 +120,14 @@ func (p *plan) oldestUnwritten() (oldest time.Time, ok bool) {
 }
 
 // deadline is when a change unwritten since since must be written: the
-// writes due before it get their time first, up to half of the delay.
-// Those are the writes of pools whose unwritten changes are as old or
-// older (counted by slot, so a few a little younger too), and of younger
-// pools whose own deadlines come first: the deadline is never after a
-// younger pool's. Counting every unwritten pool instead wrote a pool that
-// keeps changing about every half delay whenever many pools were busy,
-// twice as often as its freshness needs.
+// writes queued ahead of it (all unwritten pools, at worst) get their
+// time first, up to half of the delay.
 func (p *plan) deadline(since time.Time) time.Time {
-	if p.workers == 0 {
-		return since.Add(p.maxDelay)
+	ahead := time.Duration(0)
+	if p.workers > 0 {
+		ahead = p.latency * time.Duration(p.unwritten) / time.Duration(p.workers)
 	}
-	own := p.slotOf(since)
-	if p.slotsStale {
-		p.slots = slices.AppendSeq(p.slots[:0], maps.Keys(p.ahead))
-		slices.Sort(p.slots)
-		p.slotsStale = false
-	}
-	slots := p.slots
-	older := 0
-	for _, s := range slots {
-		if s > own {
-			break
-		}
-		older += p.ahead[s]
-	}
-	due := since.Add(p.maxDelay - p.queued(older))
-	// Younger pools, from the oldest: a slot's pools fall due by its
-	// start plus the delay, less the writes up to it.
-	younger := older
-	for _, s := range slots {
-		if s <= own {
-			continue
-		}
-		younger += p.ahead[s]
-		if d := time.Unix(0, s*int64(p.slotWidth)).Add(p.maxDelay - p.queued(younger)); d.Before(due) {
-			due = d
-		}
-	}
-	return latest(due, since.Add(p.maxDelay/2))
-}
-
-// queued is how long n writes due before a pool take, at most half of the
-// delay: the workers' share of them, the write each worker may be in the
-// middle of, and the share of the workers' time that early writes and
-// creations, admitted by their budgets, take meanwhile; plus a twentieth
-// of the delay, for writes slower than the average latency.
-func (p *plan) queued(n int) time.Duration {
-	ahead := p.latency * time.Duration(n+p.workers) / time.Duration(p.workers)
-	ahead = time.Duration(float64(ahead) / (1 - p.budgetedShare()))
-	return min(ahead+p.maxDelay/20, p.maxDelay/2)
-}
-
-func latest(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
+	return since.Add(p.maxDelay - min(ahead, p.maxDelay/2))
 }
 
 // decision is what the plan says of a pool at one moment.
@@ -246,10 +147,7 @@ type decision struct {
 // its own. exists says whether the pool has an object yet.
 func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
 	st := p.pool(id)
-	if st.new != !exists {
-		st.new = !exists
-		p.recount(st)
-	}
+	st.new = !exists
 	if !st.lastWrite.IsZero() {
 		if wait := st.lastWrite.Add(p.minInterval).Sub(now); wait > 0 {
 			return decision{wait: wait}
@@ -270,7 +168,7 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
 	}
 	d := decision{turn: tn, since: st.since, pending: true}
 	st.writing, st.since = st.since, time.Time{}
-	p.recount(st)
+	p.unwritten--
 	return d
 }
 
@@ -361,13 +259,7 @@ func (p *plan) wrote(id drausage.PoolID, start, end time.Time) {
 	p.finished(id)
 	p.pool(id).lastWrite = start
 	const weight = 5
-	if took := end.Sub(start); p.latency == 0 {
-		// The first write's latency, not a fifth of it: an average
-		// growing from zero would put the first deadlines late.
-		p.latency = took
-	} else {
-		p.latency += (took - p.latency) / weight
-	}
+	p.latency += (end.Sub(start) - p.latency) / weight
 }
 
 // forget drops a pool whose object is gone and that has nothing unwritten,

@@ -78,11 +78,11 @@ func TestPlanTurns(t *testing.T) {
 	p.budget = rate.NewLimiter(rate.Every(time.Hour), 1)
 	p.budget.Allow()
 	p.changed(c, now, now)
-	// The deadline leaves time for the writes queued ahead (here one
-	// pool's, at the latency measured so far, 2ms) and a twentieth of the
-	// delay. The pool is asked again every quarter of the delay
-	// meanwhile: the deadline moves earlier as pools queue up.
-	if d, due := p.decide(c, now.Add(second), true), p.deadline(now); d.wait != testMaxDelay/4 || due.Sub(now) < 9400*time.Millisecond || due.Sub(now) > 9500*time.Millisecond {
+	// The deadline leaves time for the writes queued ahead: here one
+	// pool's at the latency measured so far (2ms). The pool is asked again
+	// every quarter of the delay meanwhile: the deadline moves earlier as
+	// pools queue up.
+	if d, due := p.decide(c, now.Add(second), true), p.deadline(now); d.wait != testMaxDelay/4 || due.Sub(now) < 9900*time.Millisecond {
 		t.Errorf("no token before the deadline (%s): %+v, want to ask again in a quarter of the delay", due.Sub(now), d)
 	}
 	if d := p.decide(c, now.Add(testMaxDelay), true); d.turn != pastBudget {
@@ -209,65 +209,6 @@ func (s *simulation) step() {
 	}
 }
 
-func newSimulation(start time.Time, pools, workers int, latency time.Duration, perSecond int) *simulation {
-	return &simulation{
-		plan: newPlan(testMinInterval, testMaxDelay, workers,
-			rate.NewLimiter(rate.Limit(perSecond), perSecond), rate.NewLimiter(rate.Limit(perSecond), perSecond)),
-		latency:     latency,
-		workers:     workers,
-		pools:       pools,
-		now:         start,
-		changes:     make([][]time.Time, pools),
-		written:     make([]int, pools),
-		writtenAt:   make([][]time.Time, pools),
-		writes:      make([][]time.Time, pools),
-		exists:      make([]bool, pools),
-		createdWith: make([]int, pools),
-		queued:      map[int]bool{},
-		waiting:     map[int]time.Time{},
-		syncing:     map[int]time.Time{},
-		dirty:       map[int]bool{},
-	}
-}
-
-// change is one change of a simulated pool.
-type change struct {
-	at   time.Time
-	pool int
-}
-
-// run feeds the changes to the plan as they come, and runs the loop until
-// every change is written and nothing is left to do.
-func (s *simulation) run(t *testing.T, all []change) {
-	t.Helper()
-	slices.SortFunc(all, func(a, b change) int { return a.at.Compare(b.at) })
-	for _, c := range all {
-		s.changes[c.pool] = append(s.changes[c.pool], c.at)
-	}
-	for n := 0; ; n++ {
-		if n > 10_000_000 {
-			t.Fatal("the simulation does not end")
-		}
-		more := len(all) > 0
-		var changeAt time.Time
-		if more {
-			changeAt = all[0].at
-		}
-		at, ok := s.next(changeAt, more)
-		if !ok {
-			return
-		}
-		s.now = at
-		for len(all) > 0 && !all[0].at.After(s.now) {
-			c := all[0]
-			all = all[1:]
-			s.plan.changed(testPool(c.pool), c.at, c.at)
-			s.add(c.pool)
-		}
-		s.step()
-	}
-}
-
 // next is the time of the next event after s.now, or false when none is left.
 func (s *simulation) next(changeAt time.Time, more bool) (time.Time, bool) {
 	var at time.Time
@@ -303,13 +244,28 @@ func TestPlanWritesEveryChangeInTime(t *testing.T) {
 		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 31))
 			start := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-			workers, pools := 1+rng.IntN(8), 1+rng.IntN(60)
+			s := &simulation{
+				workers: 1 + rng.IntN(8),
+				pools:   1 + rng.IntN(60),
+				now:     start,
+				queued:  map[int]bool{},
+				waiting: map[int]time.Time{},
+				syncing: map[int]time.Time{},
+				dirty:   map[int]bool{},
+			}
 			// Within what the workers can write: every pool due at once
 			// is written within a quarter of the delay.
-			most := int(testMaxDelay/4/time.Millisecond) * workers / pools
-			latency := time.Duration(1+rng.IntN(min(most, 300))) * time.Millisecond
+			most := int(testMaxDelay/4/time.Millisecond) * s.workers / s.pools
+			s.latency = time.Duration(1+rng.IntN(min(most, 300))) * time.Millisecond
 			perSecond := 1 + rng.IntN(10)
-			s := newSimulation(start, pools, workers, latency, perSecond)
+			s.plan = newPlan(testMinInterval, testMaxDelay, s.workers,
+				rate.NewLimiter(rate.Limit(perSecond), perSecond), rate.NewLimiter(rate.Limit(perSecond), perSecond))
+			s.changes = make([][]time.Time, s.pools)
+			s.written = make([]int, s.pools)
+			s.writtenAt = make([][]time.Time, s.pools)
+			s.writes = make([][]time.Time, s.pools)
+			s.exists = make([]bool, s.pools)
+			s.createdWith = make([]int, s.pools)
 			for i := range s.exists {
 				// Most pools have an object already; the others are created
 				// at the creations' pace and are not held to the delay.
@@ -319,6 +275,10 @@ func TestPlanWritesEveryChangeInTime(t *testing.T) {
 			// Changes: each pool is quiet, busy (every 50-900ms) or
 			// sporadic, over a horizon of up to two minutes.
 			horizon := time.Duration(5+rng.IntN(115)) * time.Second
+			type change struct {
+				at   time.Time
+				pool int
+			}
 			var all []change
 			for i := range s.pools {
 				gap := func() time.Duration { return time.Duration(rng.IntN(30000)) * time.Millisecond }
@@ -332,8 +292,35 @@ func TestPlanWritesEveryChangeInTime(t *testing.T) {
 					all = append(all, change{at, i})
 				}
 			}
+			slices.SortFunc(all, func(a, b change) int { return a.at.Compare(b.at) })
 			changes := len(all)
-			s.run(t, all)
+			for _, c := range all {
+				s.changes[c.pool] = append(s.changes[c.pool], c.at)
+			}
+
+			// Run until every change is written and nothing is left to do.
+			for n := 0; ; n++ {
+				if n > 10_000_000 {
+					t.Fatal("the simulation does not end")
+				}
+				more := len(all) > 0
+				var changeAt time.Time
+				if more {
+					changeAt = all[0].at
+				}
+				at, ok := s.next(changeAt, more)
+				if !ok {
+					break
+				}
+				s.now = at
+				for len(all) > 0 && !all[0].at.After(s.now) {
+					c := all[0]
+					all = all[1:]
+					s.plan.changed(testPool(c.pool), c.at, c.at)
+					s.add(c.pool)
+				}
+				s.step()
+			}
 
 			t.Logf("%d pools, %d workers, %d writes/s, latency %s, horizon %s, %d changes", s.pools, s.workers, perSecond, s.latency, horizon, changes)
 			for i := range s.pools {
@@ -368,55 +355,5 @@ func TestPlanWritesEveryChangeInTime(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// The harness's fill at 2000 pools, as the publisher met it: 800 pools
-// have objects, 1200 wait for their creation, and 20000 allocations land
-// at random over 40 s. Every change is written within the delay, and a
-// pool's write waits for its deadline, near the delay after the oldest
-// change it shows: half of the writes show a change at least 3/4 of the
-// delay old. Counting every unwritten pool as queued ahead, the new ones
-// included, put every deadline half a delay early, and the pools were
-// written half as much again as their freshness needs.
-func TestPlanWritesBusyPoolsNearTheirDeadlines(t *testing.T) {
-	const pools, existing, allocations = 2000, 800, 20000
-	const burst = 40 * time.Second
-	start := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	s := newSimulation(start, pools, 8, 30*time.Millisecond, 5)
-	for i := range existing {
-		s.exists[i] = true
-	}
-	rng := rand.New(rand.NewPCG(2000, 40))
-	var all []change
-	for range allocations {
-		all = append(all, change{start.Add(time.Duration(rng.Int64N(int64(burst)))), rng.IntN(pools)})
-	}
-	s.run(t, all)
-
-	var ages []time.Duration
-	for i := range existing {
-		k := 0
-		for _, w := range s.writes[i] {
-			// The write took up the changes written when it ended; the
-			// first of them is the oldest.
-			if k < len(s.changes[i]) && s.writtenAt[i][k].Equal(w.Add(s.latency)) {
-				ages = append(ages, w.Sub(s.changes[i][k]))
-			}
-			for k < len(s.changes[i]) && s.writtenAt[i][k].Equal(w.Add(s.latency)) {
-				k++
-			}
-		}
-		for k, at := range s.changes[i] {
-			if delay := s.writtenAt[i][k].Sub(at); delay > testMaxDelay+s.latency {
-				t.Errorf("pool %d: change at %s written after %s, want within %s", i, at.Sub(start), delay, testMaxDelay+s.latency)
-			}
-		}
-	}
-	slices.Sort(ages)
-	median := ages[len(ages)/2]
-	t.Logf("%d writes of %d existing pools over a %s burst (%.2f a pool); the oldest change a write shows: median %s old", len(ages), existing, burst, float64(len(ages))/existing, median)
-	if median < testMaxDelay*3/4 {
-		t.Errorf("half of the writes show changes younger than %s, want at least %s: pools are written before their freshness needs it", median, testMaxDelay*3/4)
 	}
 }
