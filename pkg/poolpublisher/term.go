@@ -43,12 +43,10 @@ type term struct {
 	// unwritten change before it reads the snapshot, so a change during
 	// the sync's writes gets a deadline of its own.
 	plan *plan
-	// statusApart is set when the server dropped the status a write sent
-	// with the object: the CRD was applied from older manifests, with a
-	// status subresource, and each status takes a write of its own
-	// (writes.go). A term starts without it, so a CRD updated in the
-	// meantime is found again.
-	statusApart bool
+	// statusApart is set while the CRD has a status subresource (applied
+	// from older manifests): each status takes a write of its own
+	// (subresource.go). statusKnown: discovery has answered once.
+	statusApart, statusKnown bool
 	// crdGone is set when a write found the CRD no longer served: the term
 	// ends, and Run goes back to waiting for it.
 	crdGone bool
@@ -85,6 +83,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 	if !cache.WaitForCacheSync(ctx.Done(), t.informerSynced) {
 		return false
 	}
+	p.learnStatusSubresource(ctx, t)
 	p.mu.Lock()
 	p.term = t
 	// Pools the cache knew before the term began have waited since their

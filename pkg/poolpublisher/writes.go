@@ -78,7 +78,7 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 			p.opts.ObservePublished(delay, existing == nil)
 		}
 	}
-	if v1alpha1.IsNotServed(err) {
+	if v1alpha1.IsNotServed(err) && !p.crdServed(ctx) {
 		// Every write would fail the same way until the CRD is back.
 		p.mu.Lock()
 		t.crdGone = true
@@ -95,6 +95,15 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	}
 	t.queue.Forget(id)
 	return true
+}
+
+// crdServed says whether ResourcePools are served, after a write found
+// something not found: the CRD, or only the object (deleted by hand),
+// which the retry creates again. When in doubt, it says yes: the write is
+// retried with backoff, and the term goes on.
+func (p *Publisher) crdServed(ctx context.Context) bool {
+	_, err := p.client.DrascopeV1alpha1().ResourcePools().List(ctx, metav1.ListOptions{Limit: 1})
+	return !v1alpha1.IsNotServed(err)
 }
 
 // current returns a pool's object as the server last showed it: the
@@ -231,10 +240,9 @@ func (p *Publisher) delete(ctx context.Context, t *term, id drausage.PoolID, obj
 	return nil
 }
 
-// create makes a pool's object with its status in one request. A CRD from
-// older manifests has a status subresource, whose apiserver drops the
-// status on create: then the status follows in a second request, as do
-// all of the term's later ones (statusApart).
+// create makes a pool's object with its status in one request. Under a
+// CRD from older manifests, with a status subresource, the apiserver drops
+// the status on create and it follows in a second request (statusApart).
 func (p *Publisher) create(ctx context.Context, t *term, id drausage.PoolID, snap *poolcache.Snapshot, status *v1alpha1.ResourcePoolStatus) error {
 	obj := &v1alpha1.ResourcePool{
 		ObjectMeta: metav1.ObjectMeta{Name: p.nameFor(t, id)},
@@ -268,7 +276,8 @@ func (p *Publisher) create(ctx context.Context, t *term, id drausage.PoolID, sna
 		return nil
 	}
 	if !adopted && apiequality.Semantic.DeepEqual(created.Status, v1alpha1.ResourcePoolStatus{}) {
-		p.statusDropped(ctx, t)
+		// The status was dropped: a status subresource, most likely.
+		p.learnStatusSubresource(ctx, t)
 	}
 	created = created.DeepCopy()
 	created.Status = *status
@@ -276,23 +285,20 @@ func (p *Publisher) create(ctx context.Context, t *term, id drausage.PoolID, sna
 }
 
 // update writes an object's new status: with the object, or through the
-// status subresource of a CRD that has one. An update whose answer shows
-// the old status found a CRD given a status subresource since the term
-// began, and is made again through it.
+// status subresource of a CRD that has one. A write that finds the CRD
+// changed since the term began (an update that changed nothing, a status
+// subresource not found) asks discovery again, and is made the other way.
 func (p *Publisher) update(ctx context.Context, t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool) error {
 	p.mu.Lock()
 	apart := t.statusApart
 	p.mu.Unlock()
 	if apart {
 		err := p.updateStatus(ctx, t, id, obj)
-		if apierrors.IsNotFound(err) {
-			// The current CRD applied since: its objects have no status
-			// subresource. The retry writes the whole object, and finds
-			// the object or the CRD gone if that is what this was.
-			p.mu.Lock()
-			t.statusApart = false
-			p.mu.Unlock()
-			return fmt.Errorf("%v; writing the whole object next (the CRD may have no status subresource now)", err)
+		if apierrors.IsNotFound(err) && !p.learnStatusSubresource(ctx, t) {
+			// The current CRD applied since. %v, not %w: this NotFound
+			// does not mean the CRD or the object is gone; the retry
+			// writes the whole object and finds out.
+			return fmt.Errorf("%v; the CRD has no status subresource now: writing the whole object next", err)
 		}
 		return err
 	}
@@ -307,10 +313,12 @@ func (p *Publisher) update(ctx context.Context, t *term, id drausage.PoolID, obj
 		return nil
 	}
 	// Nothing was written: the server kept the old status.
-	p.statusDropped(ctx, t)
-	obj = obj.DeepCopy()
-	obj.ResourceVersion = updated.ResourceVersion
-	return p.updateStatus(ctx, t, id, obj)
+	if p.learnStatusSubresource(ctx, t) {
+		obj = obj.DeepCopy()
+		obj.ResourceVersion = updated.ResourceVersion
+		return p.update(ctx, t, id, obj)
+	}
+	return fmt.Errorf("updating ResourcePool %s: the apiserver kept its old status", obj.Name)
 }
 
 func (p *Publisher) updateStatus(ctx context.Context, t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool) error {
@@ -336,18 +344,6 @@ func (p *Publisher) forgetWriteOnConflict(t *term, id drausage.PoolID, obj *v1al
 	if w := t.written[id]; w != nil && w.UID == obj.UID {
 		delete(t.written, id)
 	}
-}
-
-// statusDropped notes that the server dropped a status sent with the
-// object: the CRD has a status subresource.
-func (p *Publisher) statusDropped(ctx context.Context, t *term) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if t.statusApart {
-		return
-	}
-	t.statusApart = true
-	klog.FromContext(ctx).Info("The ResourcePool CRD has a status subresource (applied from older manifests): writing each status in a request of its own; apply manifests/crds (or upgrade the Helm chart) to create a pool's object in one request")
 }
 
 // remember keeps a pool's object as a write returned it, until the

@@ -79,8 +79,10 @@ func SchedulerWrites(namespace string) []Request {
 		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: schedulerLeaseNamespace, Name: schedulerLease},
 		{Resource: schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}, Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
 		{Resource: core("events"), Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
-		{Resource: pools, SubResource: "status", Operation: admissionregistrationv1.Update, Name: "resourcepool"},
 		{Resource: pools, Operation: admissionregistrationv1.Create, Name: "resourcepool"},
+		{Resource: pools, Operation: admissionregistrationv1.Update, Name: "resourcepool"},
+		// Under a CRD from older manifests, with a status subresource.
+		{Resource: pools, SubResource: "status", Operation: admissionregistrationv1.Update, Name: "resourcepool"},
 		// Pools that are gone, and second objects for one pool.
 		{Resource: pools, Operation: admissionregistrationv1.Delete, Name: "resourcepool"},
 		// A lease is created by the first replica that ever takes it.

@@ -618,11 +618,13 @@ func firstEventFor(t *testing.T, w watch.Interface, name string) watch.Event {
 	}
 }
 
-// A CRD applied from older manifests has a status subresource. The
-// publisher finds that from the first create (the apiserver drops the
-// status), says so once, and writes each status through the subresource;
-// once the current CRD is applied again, a status write finds the
-// subresource gone and the next term writes whole objects again.
+// A CRD applied from older manifests has a status subresource, here
+// added while the scheduler publishes. A pool that existed before finds it
+// on its next update (the apiserver keeps the old status), a new pool on
+// its create (the apiserver drops the status); the publisher says so
+// once, and writes statuses through the subresource. Once the current CRD
+// is applied again, a status write finds the subresource gone, and the
+// publisher writes whole objects again, in the same term.
 func TestPublishingWithAnOlderCRD(t *testing.T) {
 	crds, err := apiextensionsclient.NewForConfig(env.cp.Admin)
 	if err != nil {
@@ -667,29 +669,39 @@ func TestPublishingWithAnOlderCRD(t *testing.T) {
 	t.Cleanup(func() { setStatusSubresource(context.Background(), false) })
 
 	s := newScenario(t, nil)
-	logBefore := schedulerLogLength(t)
-	setStatusSubresource(s.ctx, true)
-	node := s.addNode("gpus", 2)
-	name := poolObjectName(t, node)
-	s.waitForResourcePool(name, "published through the status subresource", summaryIs(2, 0, 2, 0))
-	const said = "The ResourcePool CRD has a status subresource"
-	if log := schedulerLogSince(t, logBefore); !strings.Contains(log, said) {
-		t.Errorf("the scheduler log has no %q:\n%s", said, tail(log, 20))
-	}
 	s.addClaimTemplate("gpu", false)
-	s.addPod("before", schedulerName, fromTemplate("gpu"))
-	s.waitForPodScheduled("before")
-	s.waitForResourcePool(name, "an allocation published through the status subresource", summaryIs(2, 1, 1, 0))
+	before := s.addNode("before", 2)
+	beforePool := poolObjectName(t, before)
+	s.waitForResourcePool(beforePool, "published whole", summaryIs(2, 0, 2, 0))
 
-	logRestored := schedulerLogLength(t)
+	logOn := schedulerLogLength(t)
+	setStatusSubresource(s.ctx, true)
+	s.addPodWith("updated", schedulerName, fromTemplate("gpu"), withNodeName(before))
+	s.waitForPodScheduled("updated")
+	s.waitForResourcePool(beforePool, "an allocation published through the status subresource", summaryIs(2, 1, 1, 0))
+	during := s.addNode("during", 2)
+	duringPool := poolObjectName(t, during)
+	s.waitForResourcePool(duringPool, "a new pool published through the status subresource", summaryIs(2, 0, 2, 0))
+	const said = "The ResourcePool CRD has a status subresource"
+	if log := schedulerLogSince(t, logOn); strings.Count(log, said) != 1 {
+		t.Errorf("the scheduler log says %q %d times, want once:\n%s", said, strings.Count(log, said), tail(log, 20))
+	}
+
+	logOff := schedulerLogLength(t)
 	setStatusSubresource(s.ctx, false)
-	s.addPod("after", schedulerName, fromTemplate("gpu"))
+	s.addPodWith("after", schedulerName, fromTemplate("gpu"), withNodeName(during))
 	s.waitForPodScheduled("after")
-	s.waitForResourcePool(name, "an allocation published once the subresource is gone", summaryIs(2, 2, 0, 0))
-	other := poolObjectName(t, s.addNode("more", 2))
-	s.waitForResourcePool(other, "a new pool published whole", summaryIs(2, 0, 2, 0))
-	if log := schedulerLogSince(t, logRestored); strings.Contains(log, "was deleted") {
+	s.waitForResourcePool(duringPool, "an allocation published once the subresource is gone", summaryIs(2, 1, 1, 0))
+	afterPool := poolObjectName(t, s.addNode("after", 2))
+	if rp := s.waitForResourcePool(afterPool, "a new pool published whole", summaryIs(2, 0, 2, 0)); rp.Generation != 1 {
+		t.Errorf("ResourcePool %s at generation %d, want 1: created in one request", afterPool, rp.Generation)
+	}
+	log := schedulerLogSince(t, logOff)
+	if strings.Contains(log, "was deleted") {
 		t.Errorf("the scheduler took the status subresource's removal for the CRD's:\n%s", tail(log, 20))
+	}
+	if !strings.Contains(log, "no status subresource now") {
+		t.Errorf("the scheduler did not say it writes whole objects again:\n%s", tail(log, 20))
 	}
 }
 
