@@ -91,30 +91,25 @@ func (t *throttledWrites) done(ctx context.Context, err error) {
 }
 
 func (t *throttledWrites) Create(ctx context.Context, pool *v1alpha1.ResourcePool, opts metav1.CreateOptions) (*v1alpha1.ResourcePool, error) {
-	if err := t.wait(ctx); err != nil {
-		return nil, err
-	}
-	created, err := t.ResourcePoolInterface.Create(ctx, pool, opts)
-	t.done(ctx, err)
-	return created, err
+	return throttled(ctx, t, func() (*v1alpha1.ResourcePool, error) { return t.ResourcePoolInterface.Create(ctx, pool, opts) })
 }
 
 func (t *throttledWrites) Update(ctx context.Context, pool *v1alpha1.ResourcePool, opts metav1.UpdateOptions) (*v1alpha1.ResourcePool, error) {
-	if err := t.wait(ctx); err != nil {
-		return nil, err
-	}
-	updated, err := t.ResourcePoolInterface.Update(ctx, pool, opts)
-	t.done(ctx, err)
-	return updated, err
+	return throttled(ctx, t, func() (*v1alpha1.ResourcePool, error) { return t.ResourcePoolInterface.Update(ctx, pool, opts) })
 }
 
 func (t *throttledWrites) UpdateStatus(ctx context.Context, pool *v1alpha1.ResourcePool, opts metav1.UpdateOptions) (*v1alpha1.ResourcePool, error) {
+	return throttled(ctx, t, func() (*v1alpha1.ResourcePool, error) { return t.ResourcePoolInterface.UpdateStatus(ctx, pool, opts) })
+}
+
+// throttled makes one write once the budget allows it, and counts it.
+func throttled(ctx context.Context, t *throttledWrites, write func() (*v1alpha1.ResourcePool, error)) (*v1alpha1.ResourcePool, error) {
 	if err := t.wait(ctx); err != nil {
 		return nil, err
 	}
-	updated, err := t.ResourcePoolInterface.UpdateStatus(ctx, pool, opts)
+	written, err := write()
 	t.done(ctx, err)
-	return updated, err
+	return written, err
 }
 
 func (t *throttledWrites) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {

@@ -302,13 +302,10 @@ func (p *Publisher) update(ctx context.Context, t *term, id drausage.PoolID, obj
 		}
 		return err
 	}
-	updated, err := p.writes.Update(ctx, obj, metav1.UpdateOptions{})
+	updated, err := p.replace(ctx, t, id, obj, "", p.writes.Update)
 	if err != nil {
-		p.forgetWriteOnConflict(t, id, obj, err)
-		return fmt.Errorf("updating ResourcePool %s: %w", obj.Name, err)
+		return err
 	}
-	p.wrote("update")
-	p.remember(t, id, updated)
 	if updated.ResourceVersion != obj.ResourceVersion || poolstatus.Equal(&updated.Status, &obj.Status) {
 		return nil
 	}
@@ -322,14 +319,23 @@ func (p *Publisher) update(ctx context.Context, t *term, id drausage.PoolID, obj
 }
 
 func (p *Publisher) updateStatus(ctx context.Context, t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool) error {
-	updated, err := p.writes.UpdateStatus(ctx, obj, metav1.UpdateOptions{})
+	_, err := p.replace(ctx, t, id, obj, "status of ", p.writes.UpdateStatus)
+	return err
+}
+
+// replace writes an existing object with put (an update of the object or
+// of its status; what names which in errors), and keeps what the server
+// returned until the informer catches up.
+func (p *Publisher) replace(ctx context.Context, t *term, id drausage.PoolID, obj *v1alpha1.ResourcePool, what string,
+	put func(context.Context, *v1alpha1.ResourcePool, metav1.UpdateOptions) (*v1alpha1.ResourcePool, error)) (*v1alpha1.ResourcePool, error) {
+	updated, err := put(ctx, obj, metav1.UpdateOptions{})
 	if err != nil {
 		p.forgetWriteOnConflict(t, id, obj, err)
-		return fmt.Errorf("updating status of ResourcePool %s: %w", obj.Name, err)
+		return nil, fmt.Errorf("updating %sResourcePool %s: %w", what, obj.Name, err)
 	}
 	p.wrote("update")
 	p.remember(t, id, updated)
-	return nil
+	return updated, nil
 }
 
 // forgetWriteOnConflict drops the publisher's own last write of an object
