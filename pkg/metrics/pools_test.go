@@ -1,0 +1,166 @@
+package metrics
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/metrics"
+
+	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/poolcache"
+)
+
+// fakeSource serves snapshots, and nothing else, to the collector.
+type fakeSource struct{ snapshots []*poolcache.Snapshot }
+
+func (f *fakeSource) List() []*poolcache.Snapshot                   { return slices.Clone(f.snapshots) }
+func (f *fakeSource) PendingPodsByDeviceClass() map[string]int      { return nil }
+func (f *fakeSource) AvailableDevicesByDeviceClass() map[string]int { return nil }
+func (f *fakeSource) PodsWithClaimsByScheduler() map[string]int     { return nil }
+func (f *fakeSource) Publishing() (bool, bool, time.Duration)       { return false, false, 0 }
+
+// snapshot is pool i of node node: allocated of its 8 devices allocated,
+// the first one reported Unhealthy when unhealthy.
+func snapshot(node string, i, allocated int, unhealthy bool) *poolcache.Snapshot {
+	s := &poolcache.Snapshot{PoolUsage: drausage.PoolUsage{
+		PoolID:         drausage.PoolID{Driver: "gpu.example.com", Pool: fmt.Sprintf("pool-%d", i)},
+		NodeName:       node,
+		ObservedSlices: 1, ExpectedSlices: 1,
+		Summary:          drausage.Summary{Total: 8, Allocated: allocated, Available: 8 - allocated},
+		WholeDevicesFree: 8 - allocated,
+	}}
+	for d := range 8 {
+		s.Devices = append(s.Devices, drausage.DeviceUsage{Name: fmt.Sprintf("gpu-%d", d)})
+	}
+	if unhealthy {
+		s.Devices[0].Health.Status = v1.ResourceHealthStatusUnhealthy
+	}
+	return s
+}
+
+// gather returns the collector's per-pool series as "name{labels} value"
+// lines, in the order the collector sent each family's series.
+func gather(t *testing.T, c *poolCollector) map[string][]string {
+	t.Helper()
+	ch := make(chan metrics.Metric, 1024)
+	go func() {
+		c.CollectWithStability(ch)
+		close(ch)
+	}()
+	out := map[string][]string{}
+	for m := range ch {
+		desc := m.Desc().String()
+		name := desc[strings.Index(desc, `"`)+1:]
+		name = name[:strings.Index(name, `"`)]
+		if name == "resourcepool_controller_pools_total" {
+			continue
+		}
+		var dto dto.Metric
+		if err := m.Write(&dto); err != nil {
+			t.Fatal(err)
+		}
+		var labels []string
+		for _, l := range dto.Label {
+			labels = append(labels, l.GetName()+"="+l.GetValue())
+		}
+		out[name] = append(out[name], fmt.Sprintf("{%s} %v", strings.Join(labels, ","), dto.GetGauge().GetValue()))
+	}
+	return out
+}
+
+func TestPoolSeriesFollowSnapshots(t *testing.T) {
+	source := &fakeSource{snapshots: []*poolcache.Snapshot{
+		snapshot("node-b", 1, 3, false),
+		snapshot("node-a", 2, 8, true),
+		snapshot("node-c", 0, 0, false),
+	}}
+	stop := Export(source)
+	defer stop()
+	c := &poolCollector{}
+
+	first := gather(t, c)
+	wantDevices := []string{
+		"{driver=gpu.example.com,node=node-a,pool=pool-2,state=Allocated} 8",
+		"{driver=gpu.example.com,node=node-a,pool=pool-2,state=Available} 0",
+		"{driver=gpu.example.com,node=node-a,pool=pool-2,state=PartiallyAllocated} 0",
+		"{driver=gpu.example.com,node=node-a,pool=pool-2,state=Unavailable} 0",
+		"{driver=gpu.example.com,node=node-b,pool=pool-1,state=Allocated} 3",
+		"{driver=gpu.example.com,node=node-b,pool=pool-1,state=Available} 5",
+		"{driver=gpu.example.com,node=node-b,pool=pool-1,state=PartiallyAllocated} 0",
+		"{driver=gpu.example.com,node=node-b,pool=pool-1,state=Unavailable} 0",
+		"{driver=gpu.example.com,node=node-c,pool=pool-0,state=Allocated} 0",
+		"{driver=gpu.example.com,node=node-c,pool=pool-0,state=Available} 8",
+		"{driver=gpu.example.com,node=node-c,pool=pool-0,state=PartiallyAllocated} 0",
+		"{driver=gpu.example.com,node=node-c,pool=pool-0,state=Unavailable} 0",
+	}
+	if got := first["drascope_resourcepool_devices"]; !slices.Equal(got, wantDevices) {
+		t.Errorf("devices, sent in label order:\n got %q\nwant %q", got, wantDevices)
+	}
+	wantHealth := []string{
+		"{driver=gpu.example.com,health=Healthy,node=node-a,pool=pool-2} 0",
+		"{driver=gpu.example.com,health=Healthy,node=node-b,pool=pool-1} 0",
+		"{driver=gpu.example.com,health=Healthy,node=node-c,pool=pool-0} 0",
+		"{driver=gpu.example.com,health=Unhealthy,node=node-a,pool=pool-2} 1",
+		"{driver=gpu.example.com,health=Unhealthy,node=node-b,pool=pool-1} 0",
+		"{driver=gpu.example.com,health=Unhealthy,node=node-c,pool=pool-0} 0",
+		"{driver=gpu.example.com,health=Unknown,node=node-a,pool=pool-2} 7",
+		"{driver=gpu.example.com,health=Unknown,node=node-b,pool=pool-1} 8",
+		"{driver=gpu.example.com,health=Unknown,node=node-c,pool=pool-0} 8",
+	}
+	if got := first["drascope_resourcepool_device_health"]; !slices.Equal(got, wantHealth) {
+		t.Errorf("health, sent in label order:\n got %q\nwant %q", got, wantHealth)
+	}
+	for name, series := range first {
+		if len(series)%3 != 0 || len(series) == 0 {
+			t.Errorf("%s: %d series for 3 pools", name, len(series))
+		}
+		if !slices.IsSorted(series) {
+			t.Errorf("%s: not sent in label order: %q", name, series)
+		}
+	}
+
+	// node-b's pool changes (a new snapshot), node-c's is gone, node-d's
+	// is new: the next scrape shows exactly that.
+	source.snapshots = []*poolcache.Snapshot{snapshot("node-b", 1, 4, false), source.snapshots[1], snapshot("node-d", 3, 1, false)}
+	second := gather(t, c)
+	wantWhole := []string{
+		"{driver=gpu.example.com,node=node-a,pool=pool-2} 0",
+		"{driver=gpu.example.com,node=node-b,pool=pool-1} 4",
+		"{driver=gpu.example.com,node=node-d,pool=pool-3} 7",
+	}
+	if got := second["drascope_resourcepool_whole_devices_free"]; !slices.Equal(got, wantWhole) {
+		t.Errorf("whole devices free after the change:\n got %q\nwant %q", got, wantWhole)
+	}
+	if got, want := len(second["drascope_resourcepool_devices"]), 12; got != want {
+		t.Errorf("%d device series after the change, want %d", got, want)
+	}
+	if len(c.made) != 3 {
+		t.Errorf("the collector keeps the series of %d snapshots, want the 3 current ones", len(c.made))
+	}
+}
+
+// BenchmarkGatherPools is a scrape of 2000 pools, as scheduler_perf makes
+// every second at 2000 nodes, where one pool changed since the last.
+func BenchmarkGatherPools(b *testing.B) {
+	source := &fakeSource{}
+	for i := range 2000 {
+		source.snapshots = append(source.snapshots, snapshot(fmt.Sprintf("node-%d", i), i, i%9, i%10 == 0))
+	}
+	stop := Export(source)
+	defer stop()
+	registry := metrics.NewKubeRegistry()
+	registry.CustomMustRegister(&poolCollector{})
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		n := i % len(source.snapshots)
+		source.snapshots[n] = snapshot(source.snapshots[n].NodeName, n, i%9, false)
+		if _, err := registry.Gather(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
