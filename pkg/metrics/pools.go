@@ -273,6 +273,10 @@ func (c *poolCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	source := exported.Load()
 	if source == nil {
+		// Nothing kept for a cache that stopped.
+		c.mu.Lock()
+		c.made = nil
+		c.mu.Unlock()
 		return
 	}
 	for class, n := range (*source).PendingPodsByDeviceClass() {
@@ -293,18 +297,32 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	snapshots := (*source).List()
 	ch <- metrics.NewLazyConstMetric(poolsDesc, metrics.GaugeValue, float64(len(snapshots)))
 	pools := c.poolSeries(snapshots)
-	// The registry sorts each family by label values, labels in name
-	// order: driver, node, pool, state for the devices, but driver,
-	// health (condition, kind), node, pool for the others.
+	// The registry sorts each family by its label values, labels in name
+	// order: driver, node, pool(, state) for the devices and the whole
+	// devices free; condition, driver, node, pool for the conditions;
+	// driver, kind (health), node, pool for the conflicts (health).
+	// poolSeries sorted the pools by driver, node, pool.
 	for _, series := range pools {
-		for _, m := range series[:firstByValue] {
+		for _, m := range series[:firstCondition] {
 			ch <- m
 		}
 	}
-	for slot := firstByValue; slot < seriesPerPool; slot++ {
+	for slot := firstCondition; slot < firstByDriver; slot++ {
 		for _, series := range pools {
 			ch <- series[slot]
 		}
+	}
+	for start := 0; start < len(pools); {
+		end := start + 1
+		for end < len(pools) && snapshots[end].Driver == snapshots[start].Driver {
+			end++
+		}
+		for slot := firstByDriver; slot < seriesPerPool; slot++ {
+			for _, series := range pools[start:end] {
+				ch <- series[slot]
+			}
+		}
+		start = end
 	}
 }
 
@@ -339,12 +357,13 @@ func (c *poolCollector) poolSeries(snapshots []*poolcache.Snapshot) [][]metrics.
 }
 
 // A pool's series, by slot: the devices by state and the whole devices
-// free, whose pool label sorts before their own; from firstByValue on, one
-// series of a family whose own label sorts before the pool's, in the order
-// of that label's values.
+// free; from firstCondition on, its conditions; from firstByDriver on,
+// its conflicts by kind and devices by health. In each, the family's own
+// label values in order.
 const (
-	firstByValue  = 5
-	seriesPerPool = 13
+	firstCondition = 5
+	firstByDriver  = 7
+	seriesPerPool  = 13
 )
 
 // newPoolSeries makes a pool's series, in slot order.
@@ -360,9 +379,10 @@ func newPoolSeries(s *poolcache.Snapshot) []metrics.Metric {
 	gauge(devicesDesc, float64(sum.PartiallyAllocated), string(drausage.DevicePartiallyAllocated))
 	gauge(devicesDesc, float64(sum.Unavailable), string(drausage.DeviceUnavailable))
 	series = append(series, metrics.NewLazyConstMetric(wholeFreeDesc, metrics.GaugeValue, float64(s.WholeDevicesFree), labels...))
-	// firstByValue
+	// firstCondition
 	gauge(conditionDesc, boolValue(s.Complete()), v1alpha1.ConditionComplete)
 	gauge(conditionDesc, boolValue(s.Valid()), v1alpha1.ConditionValid)
+	// firstByDriver
 	conflicts := s.ConflictCounts()
 	for _, kind := range []drausage.ConflictKind{drausage.OverAllocatedDevice, drausage.OverConsumedCapacity, drausage.OverConsumedCounter} {
 		gauge(conflictsDesc, float64(conflicts[kind]), string(kind))

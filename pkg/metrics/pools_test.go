@@ -44,7 +44,9 @@ func snapshot(node string, i, allocated int, unhealthy bool) *poolcache.Snapshot
 }
 
 // gather returns the collector's per-pool series as "name{labels} value"
-// lines, in the order the collector sent each family's series.
+// lines, in the order the collector sent each family's series, and fails
+// the test where a family was not sent in the order the registry sorts it
+// into (label values compared in the order of the labels' names).
 func gather(t *testing.T, c *poolCollector) map[string][]string {
 	t.Helper()
 	ch := make(chan metrics.Metric, 1024)
@@ -53,6 +55,7 @@ func gather(t *testing.T, c *poolCollector) map[string][]string {
 		close(ch)
 	}()
 	out := map[string][]string{}
+	last := map[string][]string{}
 	for m := range ch {
 		desc := m.Desc().String()
 		name := desc[strings.Index(desc, `"`)+1:]
@@ -64,19 +67,30 @@ func gather(t *testing.T, c *poolCollector) map[string][]string {
 		if err := m.Write(&dto); err != nil {
 			t.Fatal(err)
 		}
-		var labels []string
+		var labels, values []string
 		for _, l := range dto.Label {
 			labels = append(labels, l.GetName()+"="+l.GetValue())
+			values = append(values, l.GetValue())
 		}
+		if prev, ok := last[name]; ok && slices.Compare(prev, values) > 0 {
+			t.Errorf("%s: %q sent after %q", name, values, prev)
+		}
+		last[name] = values
 		out[name] = append(out[name], fmt.Sprintf("{%s} %v", strings.Join(labels, ","), dto.GetGauge().GetValue()))
 	}
 	return out
 }
 
 func TestPoolSeriesFollowSnapshots(t *testing.T) {
+	// A second driver's pool on node-a, with two devices held twice:
+	// its conflicts and conditions sort apart from the GPUs'.
+	fpga := snapshot("node-a", 9, 2, false)
+	fpga.Driver = "fpga.example.com"
+	fpga.Conflicts = []drausage.Conflict{{Kind: drausage.OverAllocatedDevice, Subject: "gpu-0"}, {Kind: drausage.OverAllocatedDevice, Subject: "gpu-1"}}
 	source := &fakeSource{snapshots: []*poolcache.Snapshot{
 		snapshot("node-b", 1, 3, false),
 		snapshot("node-a", 2, 8, true),
+		fpga,
 		snapshot("node-c", 0, 0, false),
 	}}
 	stop := Export(source)
@@ -85,6 +99,10 @@ func TestPoolSeriesFollowSnapshots(t *testing.T) {
 
 	first := gather(t, c)
 	wantDevices := []string{
+		"{driver=fpga.example.com,node=node-a,pool=pool-9,state=Allocated} 2",
+		"{driver=fpga.example.com,node=node-a,pool=pool-9,state=Available} 6",
+		"{driver=fpga.example.com,node=node-a,pool=pool-9,state=PartiallyAllocated} 0",
+		"{driver=fpga.example.com,node=node-a,pool=pool-9,state=Unavailable} 0",
 		"{driver=gpu.example.com,node=node-a,pool=pool-2,state=Allocated} 8",
 		"{driver=gpu.example.com,node=node-a,pool=pool-2,state=Available} 0",
 		"{driver=gpu.example.com,node=node-a,pool=pool-2,state=PartiallyAllocated} 0",
@@ -102,6 +120,9 @@ func TestPoolSeriesFollowSnapshots(t *testing.T) {
 		t.Errorf("devices, sent in label order:\n got %q\nwant %q", got, wantDevices)
 	}
 	wantHealth := []string{
+		"{driver=fpga.example.com,health=Healthy,node=node-a,pool=pool-9} 0",
+		"{driver=fpga.example.com,health=Unhealthy,node=node-a,pool=pool-9} 0",
+		"{driver=fpga.example.com,health=Unknown,node=node-a,pool=pool-9} 8",
 		"{driver=gpu.example.com,health=Healthy,node=node-a,pool=pool-2} 0",
 		"{driver=gpu.example.com,health=Healthy,node=node-b,pool=pool-1} 0",
 		"{driver=gpu.example.com,health=Healthy,node=node-c,pool=pool-0} 0",
@@ -115,17 +136,33 @@ func TestPoolSeriesFollowSnapshots(t *testing.T) {
 	if got := first["drascope_resourcepool_device_health"]; !slices.Equal(got, wantHealth) {
 		t.Errorf("health, sent in label order:\n got %q\nwant %q", got, wantHealth)
 	}
+	wantValid := []string{
+		"{condition=Valid,driver=fpga.example.com,node=node-a,pool=pool-9} 0",
+		"{condition=Valid,driver=gpu.example.com,node=node-a,pool=pool-2} 1",
+		"{condition=Valid,driver=gpu.example.com,node=node-b,pool=pool-1} 1",
+		"{condition=Valid,driver=gpu.example.com,node=node-c,pool=pool-0} 1",
+	}
+	if got := first["drascope_resourcepool_condition"][4:]; !slices.Equal(got, wantValid) {
+		t.Errorf("Valid conditions:\n got %q\nwant %q", got, wantValid)
+	}
+	wantConflicts := []string{
+		"{driver=fpga.example.com,kind=OverAllocatedDevice,node=node-a,pool=pool-9} 2",
+		"{driver=fpga.example.com,kind=OverConsumedCapacity,node=node-a,pool=pool-9} 0",
+		"{driver=fpga.example.com,kind=OverConsumedCounter,node=node-a,pool=pool-9} 0",
+	}
+	if got := first["drascope_resourcepool_allocation_conflicts"][:3]; !slices.Equal(got, wantConflicts) {
+		t.Errorf("the FPGA pool's conflicts:\n got %q\nwant %q", got, wantConflicts)
+	}
 	for name, series := range first {
-		if len(series)%3 != 0 || len(series) == 0 {
-			t.Errorf("%s: %d series for 3 pools", name, len(series))
-		}
-		if !slices.IsSorted(series) {
-			t.Errorf("%s: not sent in label order: %q", name, series)
+		if len(series)%4 != 0 || len(series) == 0 {
+			t.Errorf("%s: %d series for 4 pools", name, len(series))
 		}
 	}
+	unchanged := c.made[source.snapshots[1]]
 
-	// node-b's pool changes (a new snapshot), node-c's is gone, node-d's
-	// is new: the next scrape shows exactly that.
+	// node-b's pool changes (a new snapshot), node-c's and the FPGAs' are
+	// gone, node-d's is new: the next scrape shows exactly that, and
+	// makes nothing for node-a's GPUs, whose snapshot is the same.
 	source.snapshots = []*poolcache.Snapshot{snapshot("node-b", 1, 4, false), source.snapshots[1], snapshot("node-d", 3, 1, false)}
 	second := gather(t, c)
 	wantWhole := []string{
@@ -141,6 +178,15 @@ func TestPoolSeriesFollowSnapshots(t *testing.T) {
 	}
 	if len(c.made) != 3 {
 		t.Errorf("the collector keeps the series of %d snapshots, want the 3 current ones", len(c.made))
+	}
+	if again := c.made[source.snapshots[1]]; len(again) == 0 || &again[0] != &unchanged[0] {
+		t.Errorf("node-a's series were made again for the same snapshot")
+	}
+
+	// A cache that stopped leaves nothing behind.
+	stop()
+	if third := gather(t, c); len(third) != 0 || c.made != nil {
+		t.Errorf("after the cache stopped: %d families sent, %d snapshots kept", len(third), len(c.made))
 	}
 }
 
