@@ -296,12 +296,14 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	}
 	snapshots := (*source).List()
 	ch <- metrics.NewLazyConstMetric(poolsDesc, metrics.GaugeValue, float64(len(snapshots)))
-	pools := c.poolSeries(snapshots)
 	// The registry sorts each family by its label values, labels in name
 	// order: driver, node, pool(, state) for the devices and the whole
 	// devices free; condition, driver, node, pool for the conditions;
 	// driver, kind (health), node, pool for the conflicts (health).
-	// poolSeries sorted the pools by driver, node, pool.
+	slices.SortFunc(snapshots, func(a, b *poolcache.Snapshot) int {
+		return cmp.Or(cmp.Compare(a.Driver, b.Driver), cmp.Compare(a.NodeName, b.NodeName), cmp.Compare(a.Pool, b.Pool))
+	})
+	pools := c.poolSeries(snapshots)
 	for _, series := range pools {
 		for _, m := range series[:firstCondition] {
 			ch <- m
@@ -326,19 +328,14 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	}
 }
 
-// poolSeries returns each pool's series (seriesPerPool of them), pools in
-// the order the registry sorts them into. A pool's series are made once
-// per snapshot, which the cache replaces on every change and never alters:
-// a scrape rebuilds only the pools that changed since the last one, and
-// sends each family sorted, which the registry's sort then passes over
-// once. Otherwise a scrape makes, validates and sorts every series of
-// every pool, and that grows with the cluster: 26000 series at 2000 nodes,
-// where scheduler_perf gathers the registry every second (docs/metrics.md,
-// "Cost of a scrape").
+// poolSeries returns each pool's series (seriesPerPool of them), in the
+// order of snapshots. A pool's series are made once per snapshot, which
+// the cache replaces on every change and never alters, so a scrape
+// rebuilds only the pools that changed since the last one. Otherwise a
+// scrape makes and validates every series of every pool, and that grows
+// with the cluster: 26000 series at 2000 nodes, where scheduler_perf
+// gathers the registry every second (docs/metrics.md, "Cost of a scrape").
 func (c *poolCollector) poolSeries(snapshots []*poolcache.Snapshot) [][]metrics.Metric {
-	slices.SortFunc(snapshots, func(a, b *poolcache.Snapshot) int {
-		return cmp.Or(cmp.Compare(a.Driver, b.Driver), cmp.Compare(a.NodeName, b.NodeName), cmp.Compare(a.Pool, b.Pool))
-	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	made := make(map[*poolcache.Snapshot][]metrics.Metric, len(snapshots))

@@ -81,6 +81,15 @@ func gather(t *testing.T, c *poolCollector) map[string][]string {
 	return out
 }
 
+// wantSeries fails the test unless got, a family's series as gather
+// renders them, are want in that order.
+func wantSeries(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s:\n got %q\nwant %q", what, got, want)
+	}
+}
+
 func TestPoolSeriesFollowSnapshots(t *testing.T) {
 	// A second driver's pool on node-a, with two devices held twice:
 	// its conflicts and conditions sort apart from the GPUs'.
@@ -116,9 +125,7 @@ func TestPoolSeriesFollowSnapshots(t *testing.T) {
 		"{driver=gpu.example.com,node=node-c,pool=pool-0,state=PartiallyAllocated} 0",
 		"{driver=gpu.example.com,node=node-c,pool=pool-0,state=Unavailable} 0",
 	}
-	if got := first["drascope_resourcepool_devices"]; !slices.Equal(got, wantDevices) {
-		t.Errorf("devices, sent in label order:\n got %q\nwant %q", got, wantDevices)
-	}
+	wantSeries(t, "devices, sent in label order", first["drascope_resourcepool_devices"], wantDevices)
 	wantHealth := []string{
 		"{driver=fpga.example.com,health=Healthy,node=node-a,pool=pool-9} 0",
 		"{driver=fpga.example.com,health=Unhealthy,node=node-a,pool=pool-9} 0",
@@ -133,26 +140,20 @@ func TestPoolSeriesFollowSnapshots(t *testing.T) {
 		"{driver=gpu.example.com,health=Unknown,node=node-b,pool=pool-1} 8",
 		"{driver=gpu.example.com,health=Unknown,node=node-c,pool=pool-0} 8",
 	}
-	if got := first["drascope_resourcepool_device_health"]; !slices.Equal(got, wantHealth) {
-		t.Errorf("health, sent in label order:\n got %q\nwant %q", got, wantHealth)
-	}
+	wantSeries(t, "health, sent in label order", first["drascope_resourcepool_device_health"], wantHealth)
 	wantValid := []string{
 		"{condition=Valid,driver=fpga.example.com,node=node-a,pool=pool-9} 0",
 		"{condition=Valid,driver=gpu.example.com,node=node-a,pool=pool-2} 1",
 		"{condition=Valid,driver=gpu.example.com,node=node-b,pool=pool-1} 1",
 		"{condition=Valid,driver=gpu.example.com,node=node-c,pool=pool-0} 1",
 	}
-	if got := first["drascope_resourcepool_condition"][4:]; !slices.Equal(got, wantValid) {
-		t.Errorf("Valid conditions:\n got %q\nwant %q", got, wantValid)
-	}
+	wantSeries(t, "Valid conditions", first["drascope_resourcepool_condition"][4:], wantValid)
 	wantConflicts := []string{
 		"{driver=fpga.example.com,kind=OverAllocatedDevice,node=node-a,pool=pool-9} 2",
 		"{driver=fpga.example.com,kind=OverConsumedCapacity,node=node-a,pool=pool-9} 0",
 		"{driver=fpga.example.com,kind=OverConsumedCounter,node=node-a,pool=pool-9} 0",
 	}
-	if got := first["drascope_resourcepool_allocation_conflicts"][:3]; !slices.Equal(got, wantConflicts) {
-		t.Errorf("the FPGA pool's conflicts:\n got %q\nwant %q", got, wantConflicts)
-	}
+	wantSeries(t, "the FPGA pool's conflicts", first["drascope_resourcepool_allocation_conflicts"][:3], wantConflicts)
 	for name, series := range first {
 		if len(series)%4 != 0 || len(series) == 0 {
 			t.Errorf("%s: %d series for 4 pools", name, len(series))
@@ -170,9 +171,7 @@ func TestPoolSeriesFollowSnapshots(t *testing.T) {
 		"{driver=gpu.example.com,node=node-b,pool=pool-1} 4",
 		"{driver=gpu.example.com,node=node-d,pool=pool-3} 7",
 	}
-	if got := second["drascope_resourcepool_whole_devices_free"]; !slices.Equal(got, wantWhole) {
-		t.Errorf("whole devices free after the change:\n got %q\nwant %q", got, wantWhole)
-	}
+	wantSeries(t, "whole devices free after the change", second["drascope_resourcepool_whole_devices_free"], wantWhole)
 	if got, want := len(second["drascope_resourcepool_devices"]), 12; got != want {
 		t.Errorf("%d device series after the change, want %d", got, want)
 	}
