@@ -188,8 +188,35 @@ type Quantiles struct {
 
 var missing = Quantiles{math.NaN(), math.NaN(), math.NaN(), math.NaN()}
 
-// Load reads dir's index and the result files it names.
-func Load(dir string) ([]Run, error) {
+// Load reads the index of each of dirs and the result files it names, so
+// that runs made by several commands (one workload set each, into
+// directories of their own) make one table. A workload's variant and pair
+// found in two directories is an error: the table would pick one of them
+// silently.
+func Load(dirs ...string) ([]Run, error) {
+	var runs []Run
+	// from is the argument each run came from: within one directory the
+	// index is what the harness wrote, as before.
+	from := map[string]int{}
+	for i, dir := range dirs {
+		loaded, err := loadDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, run := range loaded {
+			key := fmt.Sprintf("%s/%s %s pair %d", run.TestCase, run.Workload, run.Variant, max(run.Pair, 1))
+			if earlier, ok := from[key]; ok && earlier != i {
+				return nil, fmt.Errorf("%s ran in %s and in %s: give each run's directory once", key, dirs[earlier], dir)
+			}
+			from[key] = i
+		}
+		runs = append(runs, loaded...)
+	}
+	return runs, nil
+}
+
+// loadDir reads dir's index and the result files it names.
+func loadDir(dir string) ([]Run, error) {
 	f, err := os.Open(filepath.Join(dir, IndexFile))
 	if err != nil {
 		return nil, err

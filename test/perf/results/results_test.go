@@ -2,6 +2,7 @@ package results
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -91,6 +92,38 @@ func TestLoadAndCompare(t *testing.T) {
 		"| T/a | 1.250/8.000; 1.250/8.000 | 2.500/12.000; 2.500/12.000 | 1.500/4.000; 1.500/4.000 | –/–; –/– | 180; 180 | 0; 0 |",
 		"| T/a | –; – | –; – | 0.200/0.900 | 7 (0; –) | – | 0.0 |",
 	)
+}
+
+func TestLoadSeveralDirectories(t *testing.T) {
+	// Two commands, one workload each, into directories of their own,
+	// with the same file names: each index's files are read from its own
+	// directory.
+	first, second := t.TempDir(), t.TempDir()
+	writeRun(t, first, IndexEntry{TestCase: "T", Workload: "a", Variant: Upstream, Position: 1, ResultFile: "up.json"}, "40", "DynamicResources")
+	writeRun(t, first, IndexEntry{TestCase: "T", Workload: "a", Variant: DRAScope, Position: 2, ResultFile: "ds.json"}, "20", "DRAScope")
+	writeRun(t, second, IndexEntry{TestCase: "T", Workload: "b", Variant: Upstream, Position: 1, ResultFile: "up.json"}, "10", "DynamicResources")
+	writeRun(t, second, IndexEntry{TestCase: "T", Workload: "b", Variant: DRAScope, Position: 2, ResultFile: "ds.json"}, "30", "DRAScope")
+
+	runs, err := Load(first, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := Compare(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, r := range rows {
+		got[r.Workload] = r.Ratio
+	}
+	if want := map[string]float64{"T/a": 0.5, "T/b": 3}; !maps.Equal(got, want) {
+		t.Errorf("ratios by workload = %v, want %v", got, want)
+	}
+
+	// The same runs twice would make the median of a duplicate.
+	if _, err := Load(first, second, first); err == nil || !strings.Contains(err.Error(), "T/a upstream pair 1 ran in") {
+		t.Errorf("Load of a directory given twice: error = %v, want one naming the run found twice", err)
+	}
 }
 
 func TestLoadRejectsBrokenIndex(t *testing.T) {
