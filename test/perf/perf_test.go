@@ -95,7 +95,7 @@ type variant struct {
 
 // pairs is how often each workload runs per variant. One pair is what `make
 // perf` runs; more show how much of a difference is noise (docs/perf.md).
-var pairs = flag.Int("perf-pairs", 1, "run each selected workload this many times with each scheduler, alternating which goes first; the report gives the median pair")
+var pairs = flag.Int("perf-pairs", 1, "run each selected workload this many times with each scheduler, rotating the order of the schedulers; the report gives the median pair")
 
 // onlyVariants narrows the variants a workload runs with, so that a
 // comparison of two of them (say DRAScope's FirstFit and BestFit) does not
@@ -114,8 +114,9 @@ func TestMain(m *testing.M) {
 
 // BenchmarkPerfScheduling runs each workload selected by
 // -perf-scheduling-label-filter once per variant (-perf-pairs times),
-// alternating which variant goes first, from one workload to the next and
-// from one pair to the next, so that neither always runs on a warm machine.
+// rotating the order of the variants from one workload to the next and from
+// one pair to the next, so that none always runs on a warm machine or in
+// the same place among the others.
 // Each run writes scheduler_perf's JSON into -data-items-dir, and a line into
 // results.IndexFile there naming it.
 func BenchmarkPerfScheduling(b *testing.B) {
@@ -155,9 +156,10 @@ func BenchmarkPerfScheduling(b *testing.B) {
 					chosen = append(chosen, v.name)
 				}
 			}
-			if (i+pair)%2 == 0 {
-				slices.Reverse(order)
-			}
+			// Rotated, not reversed: with three variants a reversal
+			// keeps the middle one in the middle of every pair.
+			k := (i + pair + 1) % len(order)
+			order = append(order[k:len(order):len(order)], order[:k]...)
 			b.Run(u.testCase+"_"+u.workload, func(b *testing.B) {
 				for position, v := range order {
 					b.Run(v.name, func(b *testing.B) {
@@ -266,9 +268,10 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 	}
 	entry.ResourcePoolWrites = int(writes)
 	if before.window != nil {
-		inWindow, length := before.window.writes()
-		entry.WindowWrites, entry.WindowSeconds = inWindow, length.Seconds()
-		if length == 0 {
+		window := before.window.totals()
+		entry.WindowWrites, entry.WindowSeconds = window.writes, window.length.Seconds()
+		entry.WindowProcessCPU, entry.WindowEtcdCPU = window.process, window.etcd
+		if window.length == 0 {
 			tCtx.Errorf("the harness saw no measured pod bound: the window's writes are not counted")
 		}
 	}

@@ -2,6 +2,7 @@ package perf
 
 import (
 	"context"
+	"os"
 	"sync"
 	"time"
 
@@ -13,11 +14,12 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 
+	"github.com/drascope/drascope/internal/proccpu"
 	dsmetrics "github.com/drascope/drascope/pkg/metrics"
 )
 
 // writeWindow counts the ResourcePool writes made inside a run's measured
-// window: from the first measured pod's creation to the last measured pod's
+// window, and the CPU the harness's process and etcd spent in it: from the first measured pod's creation to the last measured pod's
 // binding, as the harness's informer sees them. scheduler_perf's collectors
 // read histograms only, and the whole-run counter also holds the set-up's
 // first publication and the settle step's writes, which are not what the
@@ -37,6 +39,9 @@ type writeWindow struct {
 type counterSample struct {
 	at     time.Time
 	writes float64
+	// process and etcd are the CPU seconds the harness's process and its
+	// etcd had spent by then (proccpu); etcd is 0 without one.
+	process, etcd float64
 }
 
 const samplePeriod = 100 * time.Millisecond
@@ -45,16 +50,17 @@ const samplePeriod = 100 * time.Millisecond
 // namespace until ctx ends.
 func watchWriteWindow(ctx context.Context, client kubernetes.Interface, namespace string) *writeWindow {
 	w := &writeWindow{bound: map[types.UID]bool{}}
+	self, etcd := os.Getpid(), proccpu.Child("etcd")
 	go func() {
 		ticker := time.NewTicker(samplePeriod)
 		defer ticker.Stop()
 		for {
-			writes, err := writesSoFar()
+			sample, err := sampleNow(self, etcd)
 			if err != nil {
-				klog.FromContext(ctx).Error(err, "Sampling ResourcePool writes")
+				klog.FromContext(ctx).Error(err, "Sampling ResourcePool writes and CPU")
 			} else {
 				w.mu.Lock()
-				w.samples = append(w.samples, counterSample{at: time.Now(), writes: writes})
+				w.samples = append(w.samples, sample)
 				w.mu.Unlock()
 			}
 			select {
@@ -89,6 +95,25 @@ func watchWriteWindow(ctx context.Context, client kubernetes.Interface, namespac
 	return w
 }
 
+// sampleNow reads the writes counter and the CPU the harness's process and
+// etcd (pid 0: none) have spent.
+func sampleNow(self, etcd int) (counterSample, error) {
+	s := counterSample{at: time.Now()}
+	var err error
+	if s.writes, err = writesSoFar(); err != nil {
+		return s, err
+	}
+	if s.process, err = proccpu.Seconds(self); err != nil {
+		return s, err
+	}
+	if etcd != 0 {
+		if s.etcd, err = proccpu.Seconds(etcd); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
 // writesSoFar reads the publisher's write counter itself. Gathering the
 // whole registry ten times a second, as counterSum does, would run every
 // collector with it, DRAScope's per-pool collector included, in the
@@ -105,35 +130,41 @@ func writesSoFar() (float64, error) {
 	return sum, nil
 }
 
-// writes returns the writes made inside the window and the window's length;
-// 0, 0 when no measured pod was bound.
-func (w *writeWindow) writes() (int, time.Duration) {
+// windowTotals is what the measured window cost: the publisher's writes,
+// and the CPU seconds of the harness's process and of etcd.
+type windowTotals struct {
+	writes        int
+	process, etcd float64
+	length        time.Duration
+}
+
+// totals returns what the window cost, and its length; zero when no
+// measured pod was bound.
+func (w *writeWindow) totals() windowTotals {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.first.IsZero() || w.last.IsZero() {
-		return 0, 0
+	if w.first.IsZero() || w.last.IsZero() || len(w.samples) == 0 {
+		return windowTotals{}
 	}
 	// The last sample at or before the start, and the first at or after the
-	// end: the count errs by at most one period's writes on each side,
-	// towards more.
-	var start, end float64
-	startSet, endSet := false, false
+	// end: each count errs by at most one period on each side, towards
+	// more.
+	start, end := w.samples[0], w.samples[len(w.samples)-1]
+	endSet := false
 	for _, s := range w.samples {
 		if !s.at.After(w.first) {
-			start, startSet = s.writes, true
+			start = s
 		}
 		if !endSet && !s.at.Before(w.last) {
-			end, endSet = s.writes, true
+			end, endSet = s, true
 		}
 	}
-	if !endSet && len(w.samples) > 0 {
-		end = w.samples[len(w.samples)-1].writes
+	return windowTotals{
+		writes:  int(end.writes - start.writes),
+		process: end.process - start.process,
+		etcd:    end.etcd - start.etcd,
+		length:  w.last.Sub(w.first),
 	}
-	if !startSet && len(w.samples) > 0 {
-		// The window began before the first sample: count from it.
-		start = w.samples[0].writes
-	}
-	return int(end - start), w.last.Sub(w.first)
 }
 
 // measuredNamespace is the namespace of the test case's op that collects

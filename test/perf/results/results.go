@@ -75,6 +75,12 @@ type IndexEntry struct {
 	// publication.
 	WindowWrites  int     `json:"windowWrites,omitempty"`
 	WindowSeconds float64 `json:"windowSeconds,omitempty"`
+	// WindowProcessCPU and WindowEtcdCPU are the CPU seconds spent inside
+	// the same window by the harness's process (apiserver, controllers,
+	// scheduler) and by its etcd, a child process that the CPU profile
+	// does not see.
+	WindowProcessCPU float64 `json:"windowProcessCPU,omitempty"`
+	WindowEtcdCPU    float64 `json:"windowEtcdCPU,omitempty"`
 	// PublishDelays counts the publisher's status writes during the whole
 	// run, and PublishDelayP95 bounds the 95th percentile of their delay
 	// (seconds, change seen to status written): the upper bound of the
@@ -472,6 +478,16 @@ func writesCell(r Run) string {
 	return fmt.Sprintf("%d (%d; %d in %s s)", r.ResourcePoolWrites, r.DueWrites, r.WindowWrites, num(r.WindowSeconds, 1))
 }
 
+// windowCores prints the CPU the measured window cost the harness's process
+// and etcd, per second of window; unknown for a run recorded before the
+// harness measured it.
+func windowCores(r Run) string {
+	if r.WindowSeconds == 0 || r.WindowProcessCPU == 0 {
+		return "–"
+	}
+	return num(r.WindowProcessCPU/r.WindowSeconds, 2) + "; " + num(r.WindowEtcdCPU/r.WindowSeconds, 2)
+}
+
 // publishDelay prints the bound of the publish delay's p95.
 func publishDelay(r Run) string {
 	return delayBound(r.PublishDelays, r.PublishDelayP95)
@@ -645,9 +661,11 @@ func WriteGangs(w io.Writer, runs []Run) error {
 }
 
 // WritePublishing prints, for every workload that also ran DRAScope with
-// publishing off, each run of DRAScope with and without publishing: the
-// throughput, and what publishing wrote and how fresh it kept the
-// ResourcePools. With several pairs, every run is listed.
+// publishing off, each run of DRAScope with and without publishing and of
+// upstream: the throughput, the CPU the measured window cost the harness's
+// process and etcd (in cores: seconds per second of window), and what
+// publishing wrote and how fresh it kept the ResourcePools. With several
+// pairs, every run is listed.
 func WritePublishing(w io.Writer, runs []Run) error {
 	compared := map[string]bool{}
 	for _, r := range runs {
@@ -656,16 +674,16 @@ func WritePublishing(w io.Writer, runs []Run) error {
 		}
 	}
 	selected := runsWhere(runs, func(r Run) bool {
-		return compared[r.TestCase+"/"+r.Workload] && (r.Variant == DRAScope || r.Variant == DRAScopeNoPublish)
+		return compared[r.TestCase+"/"+r.Workload] && (r.Variant == DRAScope || r.Variant == DRAScopeNoPublish || r.Variant == Upstream)
 	})
 	if len(selected) == 0 {
 		return nil
 	}
 	var b strings.Builder
-	b.WriteString("\n| Workload | Pair | Scheduler | pods/s avg (p50/p90) | ResourcePool writes (due; in window) | Publish delay p95 (writes) | p99 | First publication p95 (pools) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n| Workload | Pair | Scheduler | pods/s avg (p50/p90) | Window cores: process; etcd | ResourcePool writes (due; in window) | Publish delay p95 (writes) | p99 | First publication p95 (pools) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range selected {
-		fmt.Fprintf(&b, "| %s/%s | %d | %s | %s | %s | %s | %s | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, throughput(r.Throughput), writesCell(r),
+		fmt.Fprintf(&b, "| %s/%s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, throughput(r.Throughput), windowCores(r), writesCell(r),
 			delayBound(r.PublishDelays, r.PublishDelayP95), boundOnly(r.PublishDelays, r.PublishDelayP99), delayBound(r.FirstPublications, r.FirstPublishDelayP95))
 	}
 	_, err := io.WriteString(w, b.String())
