@@ -451,6 +451,7 @@ func (r *Runtime) startPublisher(ctx context.Context, h Handle, args *config.DRA
 		ObservePublished:   metrics.ObservePublished,
 		ObserveWrite:       metrics.ObserveWrite,
 		ObserveOverBudget:  metrics.ObserveDueWrite,
+		ObserveWriteFloor:  metrics.ObserveWriteFloor,
 	})
 	r.publisher = publisher
 	r.whileLeading(ctx, func() {

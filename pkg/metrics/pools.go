@@ -75,6 +75,12 @@ var (
 		Help:           "ResourcePool writes that went ahead of poolStatus.maxWritesPerSecond because the change they show had waited half of poolStatus.maxPublishDelay.",
 		StabilityLevel: metrics.ALPHA,
 	}, nil)
+	// WriteFloor: the fewest writes the changes seen needed, beside Writes.
+	WriteFloor = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "drascope_resourcepool_write_floor_total",
+		Help:           "The fewest ResourcePool writes that could have published every change the publishing replica saw, of pools that have their object, within poolStatus.maxPublishDelay: one per group of a pool's changes within maxPublishDelay of the group's first. drascope_resourcepool_writes_total beyond it is what pacing and early writes of quiet pools add.",
+		StabilityLevel: metrics.ALPHA,
+	}, nil)
 	// RecomputeDuration: computing one pool's snapshot.
 	RecomputeDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
 		Name:           "drascope_resourcepool_recompute_duration_seconds",
@@ -190,7 +196,7 @@ func Export(source Source) (stop func()) {
 // process. The per-pool gauges have no series until a source is exported.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, FirstPublishDelay, Writes, DueWrites, RecomputeDuration, ConflictChecks,
+		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, FirstPublishDelay, Writes, DueWrites, WriteFloor, RecomputeDuration, ConflictChecks,
 			NodePruning, EarlyRefusals, GangPlans, IgnoredReports, RuleWrites)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
@@ -210,6 +216,11 @@ func ObserveWrite(verb string) {
 // ObserveDueWrite is a poolpublisher.Options.ObserveOverBudget function.
 func ObserveDueWrite() {
 	DueWrites.WithLabelValues().Inc()
+}
+
+// ObserveWriteFloor is a poolpublisher.Options.ObserveWriteFloor function.
+func ObserveWriteFloor() {
+	WriteFloor.WithLabelValues().Inc()
 }
 
 // ObserveConflictCheck is a conflictcheck.Options.Observe function.

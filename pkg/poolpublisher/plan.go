@@ -13,11 +13,14 @@ import (
 // delay the publisher aims for, less what the writes queued ahead of it
 // will take. A pool is written at its deadline at the latest; the write
 // budget only decides whether a pool may be written earlier, and only a
-// pool that is quiet may: not written in the last half of the delay, or
-// not changed for the minimum interval. So a pool that keeps changing is
-// written about once per half of the delay, one whose changes stopped a
-// minimum interval after its last change, and a quiet cluster's pools at
-// once. A pool that has no object yet is
+// pool that is quiet may: not written for the whole delay, and not changed
+// for the minimum interval. So a pool that keeps changing is written about
+// once per delay, at its deadlines, close to the fewest writes that keep
+// every change within the delay (floorChange); a pool that changes after a
+// quiet spell is written a minimum interval after its changes settle, and
+// so are a quiet cluster's pools. (Until stop 53 a pool not written for
+// half the delay was quiet too: busy pools were then written twice as
+// often as their changes needed.) A pool that has no object yet is
 // created at the pace of a budget of its own, so that the first
 // publication of many pools (a start, nodes joining) is spread out instead
 // of falling due together and pushing back the writes of changes.
@@ -59,6 +62,9 @@ type poolPlan struct {
 	// writing is the change a sync has taken up and not finished with,
 	// so that a hung write still shows in oldestUnwritten.
 	writing time.Time
+	// floorFrom is the first change of the pool's latest group for the
+	// write floor (see floorChange); zero before its first change.
+	floorFrom time.Time
 }
 
 func newPlan(minInterval, maxDelay time.Duration, workers int, budget, creations *rate.Limiter) *plan {
@@ -89,6 +95,25 @@ func (p *plan) changed(id drausage.PoolID, at, seen time.Time) {
 		st.lastChange = seen
 	}
 	p.unwrittenFrom(st, at)
+}
+
+// floorChange counts a change of the pool at at towards the write floor,
+// the fewest writes that could have written every change within the
+// delay: a write at the first change of a group plus the delay shows every
+// change of the group, so a change starts a new group, and needs one more
+// write, only when it comes more than the delay after the latest group's
+// first change. It reports whether the floor rose. The floor knows nothing
+// of latency, the minimum interval or the budget: whatever the publisher
+// writes beyond it is the price of those, and of writing quiet pools early.
+// A pool waiting for its object's creation, which is paced apart and not
+// held to the delay, adds nothing.
+func (p *plan) floorChange(id drausage.PoolID, at time.Time) bool {
+	st := p.pool(id)
+	if st.new || !st.floorFrom.IsZero() && !at.After(st.floorFrom.Add(p.maxDelay)) {
+		return false
+	}
+	st.floorFrom = at
+	return true
 }
 
 // unwrittenFrom records an unwritten change from at, keeping the oldest.
@@ -196,14 +221,16 @@ func (p *plan) turnFor(st *poolPlan, now time.Time, exists bool) (turn, time.Dur
 }
 
 // quietFrom is when a pool may next be written early: at once if never
-// written; otherwise half the delay after its last write, or a minimum
-// interval after its last change, whichever comes first.
+// written; otherwise the delay after its last write or a minimum interval
+// after its last change, whichever comes last. A pool written within the
+// delay waits for its deadline: its changes since then are those a write
+// at the deadline shows anyway.
 func (p *plan) quietFrom(st *poolPlan) time.Time {
 	if st.lastWrite.IsZero() {
 		return time.Time{}
 	}
-	written := st.lastWrite.Add(p.maxDelay / 2)
-	if settled := st.lastChange.Add(p.minInterval); settled.Before(written) {
+	written := st.lastWrite.Add(p.maxDelay)
+	if settled := st.lastChange.Add(p.minInterval); settled.After(written) {
 		return settled
 	}
 	return written

@@ -65,6 +65,11 @@ type Options struct {
 	// ObserveOverBudget, when set, is told of every successful write that
 	// went ahead of MaxWritesPerSecond because its pool was due.
 	ObserveOverBudget func()
+	// ObserveWriteFloor, when set, is told each time the write floor rises:
+	// the fewest writes that could have written every change seen while
+	// publishing within MaxDelay (plan.floorChange). The publisher's writes
+	// beside it show what pacing costs beyond the delay's own need.
+	ObserveWriteFloor func()
 	// Informers, when set, makes the informer factory of a term, as
 	// kube-controller-manager hands its controllers their informers; by
 	// default one on the publisher's client. Unlike those, it must return
@@ -146,6 +151,9 @@ func New(source Source, client versioned.Interface, opts Options) *Publisher {
 		for _, id := range changed {
 			if snap := source.Get(id); snap != nil {
 				p.term.plan.changed(id, snap.ChangedAt, p.clock.Now())
+				if p.term.plan.floorChange(id, snap.ChangedAt) && p.opts.ObserveWriteFloor != nil {
+					p.opts.ObserveWriteFloor()
+				}
 			}
 			p.term.queue.Add(id)
 		}

@@ -221,6 +221,9 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int, ch
 		if before.dueWrites, err = counterSum(dueWritesMetric); err != nil {
 			return err
 		}
+		if before.writeFloor, err = counterSum(writeFloorMetric); err != nil {
+			return err
+		}
 		if before.pruning, err = pruningCounts(); err != nil {
 			return err
 		}
@@ -269,7 +272,7 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 	entry.ResourcePoolWrites = int(writes)
 	if before.window != nil {
 		window := before.window.totals()
-		entry.WindowWrites, entry.WindowSeconds = window.writes, window.length.Seconds()
+		entry.WindowWrites, entry.WindowWriteFloor, entry.WindowSeconds = window.writes, window.floor, window.length.Seconds()
 		entry.WindowProcessCPU, entry.WindowEtcdCPU = window.process, window.etcd
 		if window.length == 0 {
 			tCtx.Errorf("the harness saw no measured pod bound: the window's writes are not counted")
@@ -340,6 +343,11 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 	entry.CatchUpSeconds = time.Since(catchUp).Seconds()
 	writes, _ = counterSum(writesMetric)
 	entry.ResourcePoolWrites = int(writes)
+	floor, err := counterSum(writeFloorMetric)
+	if err != nil {
+		tCtx.Errorf("reading the ResourcePool write floor: %v", err)
+	}
+	entry.WriteFloor = int(floor - before.writeFloor)
 	dueWrites, err := counterSum(dueWritesMetric)
 	if err != nil {
 		tCtx.Errorf("reading due ResourcePool writes: %v", err)
@@ -424,6 +432,7 @@ type metricsBefore struct {
 	publishDelay      buckets
 	firstPublishDelay buckets
 	dueWrites         float64
+	writeFloor        float64
 	pruning           results.Pruning
 	// window counts the writes inside the measured window; nil when the
 	// workload names no measured namespace.
@@ -435,6 +444,7 @@ const (
 	firstPublishDelayMetric = "drascope_resourcepool_first_publish_delay_seconds"
 	dueWritesMetric         = "drascope_resourcepool_due_writes_total"
 	writesMetric            = "drascope_resourcepool_writes_total"
+	writeFloorMetric        = "drascope_resourcepool_write_floor_total"
 	pruningMetric           = "drascope_node_pruning_total"
 	// cpuProfileSuffix ends the names of the CPU profiles scheduler_perf
 	// writes with -perf-cpuprofile.

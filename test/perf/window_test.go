@@ -39,6 +39,8 @@ type writeWindow struct {
 type counterSample struct {
 	at     time.Time
 	writes float64
+	// floor is the write floor counter (drascope_resourcepool_write_floor_total).
+	floor float64
 	// process and etcd are the CPU seconds the harness's process and its
 	// etcd had spent by then (proccpu); etcd is 0 without one.
 	process, etcd float64
@@ -103,6 +105,9 @@ func sampleNow(self, etcd int) (counterSample, error) {
 	if s.writes, err = writesSoFar(); err != nil {
 		return s, err
 	}
+	if s.floor, err = testutil.GetCounterMetricValue(dsmetrics.WriteFloor.WithLabelValues()); err != nil {
+		return s, err
+	}
 	if s.process, err = proccpu.Seconds(self); err != nil {
 		return s, err
 	}
@@ -130,10 +135,11 @@ func writesSoFar() (float64, error) {
 	return sum, nil
 }
 
-// windowTotals is what the measured window cost: the publisher's writes,
-// and the CPU seconds of the harness's process and of etcd.
+// windowTotals is what the measured window cost: the publisher's writes
+// and their floor, and the CPU seconds of the harness's process and of
+// etcd.
 type windowTotals struct {
-	writes        int
+	writes, floor int
 	process, etcd float64
 	length        time.Duration
 }
@@ -161,6 +167,7 @@ func (w *writeWindow) totals() windowTotals {
 	}
 	return windowTotals{
 		writes:  int(end.writes - start.writes),
+		floor:   int(end.floor - start.floor),
 		process: end.process - start.process,
 		etcd:    end.etcd - start.etcd,
 		length:  w.last.Sub(w.first),

@@ -125,7 +125,7 @@ type PoolStatusArgs struct {
 	// Every change has a deadline: its time plus this delay, less what
 	// the writes queued ahead of it will take (at most half of it); it is
 	// written by then, whatever maxWritesPerSecond. A pool that keeps
-	// changing is written about once per half of it. The first
+	// changing is written about once per this delay. The first
 	// publication of a new pool is paced apart and not held to it.
 	// Default 10s; must be at least twice minPublishInterval.
 	// +optional

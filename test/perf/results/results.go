@@ -80,6 +80,11 @@ type IndexEntry struct {
 	// scheduler) and by its etcd, a child process that the CPU profile
 	// does not see.
 	WindowProcessCPU float64 `json:"windowProcessCPU,omitempty"`
+	// WriteFloor and WindowWriteFloor are the fewest writes that could
+	// have kept every change within maxPublishDelay, over the run (after
+	// set-up) and inside the window (drascope_resourcepool_write_floor_total).
+	WriteFloor       int     `json:"writeFloor,omitempty"`
+	WindowWriteFloor int     `json:"windowWriteFloor,omitempty"`
 	WindowEtcdCPU    float64 `json:"windowEtcdCPU,omitempty"`
 	// PublishDelays counts the publisher's status writes during the whole
 	// run, and PublishDelayP95 bounds the 95th percentile of their delay
@@ -478,6 +483,15 @@ func writesCell(r Run) string {
 	return fmt.Sprintf("%d (%d; %d in %s s)", r.ResourcePoolWrites, r.DueWrites, r.WindowWrites, num(r.WindowSeconds, 1))
 }
 
+// floorCell prints a run's write floor, over the run and in the window;
+// unknown for a run without writes or recorded before the floor was.
+func floorCell(r Run) string {
+	if r.ResourcePoolWrites == 0 || r.WriteFloor == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%d (%d)", r.WriteFloor, r.WindowWriteFloor)
+}
+
 // windowCores prints the CPU the measured window cost the harness's process
 // and etcd, per second of window; unknown for a run recorded before the
 // harness measured it.
@@ -680,10 +694,10 @@ func WritePublishing(w io.Writer, runs []Run) error {
 		return nil
 	}
 	var b strings.Builder
-	b.WriteString("\n| Workload | Pair | Scheduler | pods/s avg (p50/p90) | Window cores: process; etcd | ResourcePool writes (due; in window) | Publish delay p95 (writes) | p99 | First publication p95 (pools) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n| Workload | Pair | Scheduler | pods/s avg (p50/p90) | Window cores: process; etcd | ResourcePool writes (due; in window) | Write floor (in window) | Publish delay p95 (writes) | p99 | First publication p95 (pools) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range selected {
-		fmt.Fprintf(&b, "| %s/%s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, throughput(r.Throughput), windowCores(r), writesCell(r),
+		fmt.Fprintf(&b, "| %s/%s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, throughput(r.Throughput), windowCores(r), writesCell(r), floorCell(r),
 			delayBound(r.PublishDelays, r.PublishDelayP95), boundOnly(r.PublishDelays, r.PublishDelayP99), delayBound(r.FirstPublications, r.FirstPublishDelayP95))
 	}
 	_, err := io.WriteString(w, b.String())
