@@ -78,7 +78,7 @@ var (
 	// WriteFloor: the fewest writes the changes seen needed, beside Writes.
 	WriteFloor = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "drascope_resourcepool_write_floor_total",
-		Help:           "The fewest ResourcePool writes that could have published every change the publishing replica saw, of pools that have their object, within poolStatus.maxPublishDelay: one per group of a pool's changes within maxPublishDelay of the group's first. drascope_resourcepool_writes_total beyond it is what pacing and early writes of quiet pools add.",
+		Help:           "The fewest ResourcePool writes that could have published within poolStatus.maxPublishDelay every change the publishing replica saw after its first write of the pool: one per group of a pool's changes within maxPublishDelay of the group's first. drascope_resourcepool_writes_total beyond it is what pacing and early writes of quiet pools add.",
 		StabilityLevel: metrics.ALPHA,
 	}, nil)
 	// RecomputeDuration: computing one pool's snapshot.

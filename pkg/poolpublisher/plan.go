@@ -105,11 +105,16 @@ func (p *plan) changed(id drausage.PoolID, at, seen time.Time) {
 // first change. It reports whether the floor rose. The floor knows nothing
 // of latency, the minimum interval or the budget: whatever the publisher
 // writes beyond it is the price of those, and of writing quiet pools early.
-// A pool waiting for its object's creation, which is paced apart and not
-// held to the delay, adds nothing.
+// Only changes after the term's first write of the pool count: before
+// it, a pool may be waiting for its object's creation, which is paced
+// apart and not held to the delay, and a single write (its creation)
+// shows all of them.
 func (p *plan) floorChange(id drausage.PoolID, at time.Time) bool {
 	st := p.pool(id)
-	if st.new || !st.floorFrom.IsZero() && !at.After(st.floorFrom.Add(p.maxDelay)) {
+	if st.lastWrite.IsZero() || !at.After(st.lastWrite) {
+		return false
+	}
+	if !st.floorFrom.IsZero() && !at.After(st.floorFrom.Add(p.maxDelay)) {
 		return false
 	}
 	st.floorFrom = at

@@ -239,35 +239,48 @@ func (s *simulation) next(changeAt time.Time, more bool) (time.Time, bool) {
 
 // The write floor groups a pool's changes by the delay: a change more than
 // the delay after its group's first starts a new group, and one write more.
+// Before the term's first write of a pool (its creation, paced apart, or
+// the first write after a start) its changes add nothing: that write shows
+// them all.
 func TestPlanWriteFloor(t *testing.T) {
 	p := newPlan(testMinInterval, testMaxDelay, 1, nil, nil)
 	start := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	for _, i := range []int{0, 1} {
+		p.wrote(testPool(i), start.Add(-time.Second), start.Add(-time.Second))
+	}
 	floor := 0
 	for _, c := range []struct {
-		pool int
-		at   time.Duration
-		more bool
+		pool  int
+		at    time.Duration
+		more  bool
+		write bool // the pool is written just after the change
 	}{
-		{0, 0, true},
-		{0, 3 * time.Second, false},
-		{1, 4 * time.Second, true},   // pools are counted apart
-		{0, 10 * time.Second, false}, // exactly the delay after: the same write shows it
-		{0, 10*time.Second + time.Millisecond, true},
-		{0, 19 * time.Second, false},
-		{0, 15 * time.Second, false}, // seen late, older than the group's first
-		{1, 30 * time.Second, true},
-		{0, 45 * time.Second, true},
+		{pool: 0, at: 0, more: true},
+		{pool: 0, at: 3 * time.Second},
+		{pool: 1, at: 4 * time.Second, more: true},  // pools are counted apart
+		{pool: 2, at: 5 * time.Second, write: true}, // not written yet in this term
+		{pool: 2, at: 7 * time.Second, more: true},
+		{pool: 0, at: 10 * time.Second}, // exactly the delay after: the same write shows it
+		{pool: 0, at: 10*time.Second + time.Millisecond, more: true},
+		{pool: 0, at: 19 * time.Second},
+		{pool: 0, at: 15 * time.Second}, // seen late, older than the group's first
+		{pool: 1, at: 30 * time.Second, more: true},
+		{pool: 0, at: 45 * time.Second, more: true},
 	} {
-		more := p.floorChange(testPool(c.pool), start.Add(c.at))
+		at := start.Add(c.at)
+		more := p.floorChange(testPool(c.pool), at)
 		if more != c.more {
 			t.Errorf("pool %d, change at %s: floor rose = %v, want %v", c.pool, c.at, more, c.more)
 		}
 		if more {
 			floor++
 		}
+		if c.write {
+			p.wrote(testPool(c.pool), at.Add(time.Millisecond), at.Add(2*time.Millisecond))
+		}
 	}
-	if floor != 5 {
-		t.Errorf("floor = %d, want 5", floor)
+	if floor != 6 {
+		t.Errorf("floor = %d, want 6", floor)
 	}
 }
 
@@ -276,8 +289,9 @@ func TestPlanWriteFloor(t *testing.T) {
 // the delay the publisher aims for plus one write's latency, none is left
 // unwritten, and no pool is written twice within half of that delay unless
 // it had been quiet for the minimum interval before the second write; and
-// the writes stay within a quarter above the floor (plan.floorChange), the
-// fewest that could have written every change in time.
+// the writes stay within 1.4 times the floor (plan.floorChange), the fewest
+// that could have written every change in time after each pool's first
+// write (the writes count those first writes; the floor does not).
 // Replay a failing seed with -run 'TestPlanWritesEveryChangeInTime/seed-N'.
 func TestPlanWritesEveryChangeInTime(t *testing.T) {
 	// Over all seeds: one seed may need more (a burst that a deadline cut
@@ -285,8 +299,8 @@ func TestPlanWritesEveryChangeInTime(t *testing.T) {
 	totalWrites, totalFloor := 0, 0
 	defer func() {
 		t.Logf("%d writes, floor %d", totalWrites, totalFloor)
-		if !t.Failed() && float64(totalWrites) > 1.25*float64(totalFloor) {
-			t.Errorf("%d writes in all, %.2f times the floor (%d): want at most 1.25 times", totalWrites, float64(totalWrites)/float64(totalFloor), totalFloor)
+		if !t.Failed() && float64(totalWrites) > 1.4*float64(totalFloor) {
+			t.Errorf("%d writes in all, %.2f times the floor (%d): want at most 1.4 times", totalWrites, float64(totalWrites)/float64(totalFloor), totalFloor)
 		}
 	}()
 	for seed := uint64(1); seed <= 200; seed++ {
