@@ -102,7 +102,11 @@ func (p *plan) changed(id drausage.PoolID, at, seen time.Time) {
 // delay: a write at the first change of a group plus the delay shows every
 // change of the group, so a change starts a new group, and needs one more
 // write, only when it comes more than the delay after the latest group's
-// first change. It reports whether the floor rose. The floor knows nothing
+// first change. It reports whether the floor rose. It counts the changes
+// the side cache reports; one that left the pool's status as it was (a
+// claim's reservedFor written after its allocation, say) counts too, so
+// the floor is a lower bound where such changes come with changes of the
+// status, within a group, as they do when pods are placed and removed. The floor knows nothing
 // of latency, the minimum interval or the budget: whatever the publisher
 // writes beyond it is the price of those, and of writing quiet pools early.
 // Only changes after the term's first write of the pool count: before

@@ -44,8 +44,9 @@ type Options struct {
 	MaxWritesPerSecond int32
 	// MaxDelay, when positive, is the delay from a change to its write that
 	// the publisher aims to stay under: a pool whose oldest unwritten change
-	// has waited half of it is due, and its writes do not wait for the
-	// budget. The other half is for the writes themselves and the queue.
+	// reaches its deadline (this delay, less what the writes queued ahead
+	// of it will take, at most half of it) is due, and its writes do not
+	// wait for the budget.
 	MaxDelay time.Duration
 	// DeviceHealthPolicy is the scheduler's deviceHealth.policy, which the
 	// source counted under; it is published in every status.

@@ -153,8 +153,8 @@ func (w *writeWindow) totals() windowTotals {
 		return windowTotals{}
 	}
 	// The last sample at or before the start, and the first at or after the
-	// end: each count errs by at most one period on each side, towards
-	// more.
+	// end: each count errs by at most one period on each side (more where
+	// a sample failed), towards more.
 	start, end := w.samples[0], w.samples[len(w.samples)-1]
 	endSet := false
 	for _, s := range w.samples {
@@ -165,12 +165,21 @@ func (w *writeWindow) totals() windowTotals {
 			end, endSet = s, true
 		}
 	}
+	length := w.last.Sub(w.first)
+	// The CPU is a rate over the samples' span, which is longer than the
+	// window by up to a period each side (more where a sample failed),
+	// given back as seconds over the window.
+	var process, etcd float64
+	if span := end.at.Sub(start.at); span > 0 {
+		scale := length.Seconds() / span.Seconds()
+		process, etcd = (end.process-start.process)*scale, (end.etcd-start.etcd)*scale
+	}
 	return windowTotals{
 		writes:  int(end.writes - start.writes),
 		floor:   int(end.floor - start.floor),
-		process: end.process - start.process,
-		etcd:    end.etcd - start.etcd,
-		length:  w.last.Sub(w.first),
+		process: process,
+		etcd:    etcd,
+		length:  length,
 	}
 }
 

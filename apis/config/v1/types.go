@@ -106,10 +106,10 @@ type PoolStatusArgs struct {
 	PublishResourcePools *bool `json:"publishResourcePools,omitempty"`
 	// MinPublishInterval is the least time between two writes of one
 	// ResourcePool, for any reason (a repair after a hand edit too);
-	// changes in between are coalesced into the next write. A pool written
-	// lately is written early again only once it has not changed for this
-	// long (or half of maxPublishDelay after its last write). Default 1s;
-	// must be positive.
+	// changes in between are coalesced into the next write. A pool is
+	// written early (before its deadline) only once it has not changed for
+	// this long and was not written for maxPublishDelay. Default 1s; must
+	// be positive.
 	// +optional
 	MinPublishInterval *metav1.Duration `json:"minPublishInterval,omitempty"`
 	// MaxWritesPerSecond is the budget of early writes: writes of quiet

@@ -494,12 +494,16 @@ func floorCell(r Run) string {
 
 // windowCores prints the CPU the measured window cost the harness's process
 // and etcd, per second of window; unknown for a run recorded before the
-// harness measured it.
+// harness measured it, and etcd's when the harness found no etcd child.
 func windowCores(r Run) string {
 	if r.WindowSeconds == 0 || r.WindowProcessCPU == 0 {
 		return "–"
 	}
-	return num(r.WindowProcessCPU/r.WindowSeconds, 2) + "; " + num(r.WindowEtcdCPU/r.WindowSeconds, 2)
+	etcd := "–" // no etcd child: one started outside the harness
+	if r.WindowEtcdCPU > 0 {
+		etcd = num(r.WindowEtcdCPU/r.WindowSeconds, 2)
+	}
+	return num(r.WindowProcessCPU/r.WindowSeconds, 2) + "; " + etcd
 }
 
 // publishDelay prints the bound of the publish delay's p95.
