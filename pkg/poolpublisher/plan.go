@@ -102,17 +102,18 @@ func (p *plan) changed(id drausage.PoolID, at, seen time.Time) {
 // delay: a write at the first change of a group plus the delay shows every
 // change of the group, so a change starts a new group, and needs one more
 // write, only when it comes more than the delay after the latest group's
-// first change. It reports whether the floor rose. It counts the changes
-// the side cache reports; one that left the pool's status as it was (a
-// claim's reservedFor written after its allocation, say) counts too, so
-// the floor is a lower bound where such changes come with changes of the
-// status, within a group, as they do when pods are placed and removed. The floor knows nothing
-// of latency, the minimum interval or the budget: whatever the publisher
-// writes beyond it is the price of those, and of writing quiet pools early.
-// Only changes after the term's first write of the pool count: before
-// it, a pool may be waiting for its object's creation, which is paced
-// apart and not held to the delay, and a single write (its creation)
-// shows all of them.
+// first change. It reports whether the floor rose.
+//
+// It counts the changes the side cache reports; one that left the pool's
+// status as it was (a claim's reservedFor written after its allocation,
+// say) counts too, so the floor is a lower bound where such changes come
+// with changes of the status, within a group, as they do when pods are
+// placed and removed. It knows nothing of latency, the minimum interval or
+// the budget: whatever the publisher writes beyond it is the price of
+// those, and of writing quiet pools early. Only changes after the term's
+// first write of the pool count: before it, a pool may be waiting for its
+// object's creation, which is paced apart and not held to the delay, and a
+// single write (its creation) shows all of them.
 func (p *plan) floorChange(id drausage.PoolID, at time.Time) bool {
 	st := p.pool(id)
 	if st.lastWrite.IsZero() || !at.After(st.lastWrite) {

@@ -68,8 +68,9 @@ type Options struct {
 	ObserveOverBudget func()
 	// ObserveWriteFloor, when set, is told each time the write floor rises:
 	// the fewest writes that could have written within MaxDelay every
-	// change seen after the term's first write of its pool (plan.floorChange). The publisher's writes
-	// beside it show what pacing costs beyond the delay's own need.
+	// change seen after the term's first write of its pool
+	// (plan.floorChange). The publisher's writes beside it show what
+	// pacing costs beyond the delay's own need.
 	ObserveWriteFloor func()
 	// Informers, when set, makes the informer factory of a term, as
 	// kube-controller-manager hands its controllers their informers; by
