@@ -19,8 +19,9 @@ import (
 )
 
 // writeWindow counts the ResourcePool writes made inside a run's measured
-// window, and the CPU the harness's process and etcd spent in it: from the first measured pod's creation to the last measured pod's
-// binding, as the harness's informer sees them. scheduler_perf's collectors
+// window, and the CPU the harness's process and etcd spent in it: from the
+// first measured pod's creation to the last measured pod's binding, as the
+// harness's informer sees them. scheduler_perf's collectors
 // read histograms only, and the whole-run counter also holds the set-up's
 // first publication and the settle step's writes, which are not what the
 // scheduling throughput paid for.

@@ -80,12 +80,12 @@ type IndexEntry struct {
 	// scheduler) and by its etcd, a child process that the CPU profile
 	// does not see.
 	WindowProcessCPU float64 `json:"windowProcessCPU,omitempty"`
+	WindowEtcdCPU    float64 `json:"windowEtcdCPU,omitempty"`
 	// WriteFloor and WindowWriteFloor are the fewest writes that could
 	// have kept every change within maxPublishDelay, over the run (after
 	// set-up) and inside the window (drascope_resourcepool_write_floor_total).
-	WriteFloor       int     `json:"writeFloor,omitempty"`
-	WindowWriteFloor int     `json:"windowWriteFloor,omitempty"`
-	WindowEtcdCPU    float64 `json:"windowEtcdCPU,omitempty"`
+	WriteFloor       int `json:"writeFloor,omitempty"`
+	WindowWriteFloor int `json:"windowWriteFloor,omitempty"`
 	// PublishDelays counts the publisher's status writes during the whole
 	// run, and PublishDelayP95 bounds the 95th percentile of their delay
 	// (seconds, change seen to status written): the upper bound of the
