@@ -113,6 +113,14 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 
+	// FilterMemo: how DRAScope's Filter answered in the cycles its memo
+	// served (plugins/drascope/filtermemo.go).
+	FilterMemo = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "drascope_filter_memo_total",
+		Help:           "Filter calls in the scheduling cycles DRAScope's filter memo served, by result: Accepted (the node was accepted before with the same claim specs, classes, node, slices and devices in use, and upstream's allocator did not run), Ran (upstream's Filter ran), Refuted (upstream's Filter, run for the chosen node at Reserve, refused a node the memo accepted; expected to stay 0).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	// GangPlans: what DRAScope's planning did for a gang whose pod-group
 	// cycle failed (plugins/drascope/gangs.go).
 	GangPlans = metrics.NewCounterVec(&metrics.CounterOpts{
@@ -197,7 +205,7 @@ func Export(source Source) (stop func()) {
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, FirstPublishDelay, Writes, DueWrites, WriteFloor, RecomputeDuration, ConflictChecks,
-			NodePruning, EarlyRefusals, GangPlans, IgnoredReports, RuleWrites)
+			NodePruning, EarlyRefusals, FilterMemo, GangPlans, IgnoredReports, RuleWrites)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
 }
@@ -242,6 +250,18 @@ const (
 // ObserveEarlyRefusal counts an attempt pruned before upstream's PreFilter.
 func ObserveEarlyRefusal(result string) {
 	EarlyRefusals.WithLabelValues(result).Inc()
+}
+
+// Results of drascope_filter_memo_total.
+const (
+	FilterMemoAccepted = "Accepted"
+	FilterMemoRan      = "Ran"
+	FilterMemoRefuted  = "Refuted"
+)
+
+// ObserveFilterMemo counts a Filter call in a cycle the filter memo served.
+func ObserveFilterMemo(result string) {
+	FilterMemo.WithLabelValues(result).Inc()
 }
 
 // ObserveGangPlan counts a result of DRAScope's gang planning.

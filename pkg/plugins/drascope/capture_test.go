@@ -244,6 +244,14 @@ func TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom(t *testing.T) {
 // before upstream is built. The informers run until ctx ends.
 func upstreamThroughDecorator(ctx context.Context, t testing.TB, objects []runtime.Object, fts feature.Features, configure func(*draManager)) (*dynamicresources.DynamicResources, *draManager, *recordingManager) {
 	t.Helper()
+	upstream, manager, recording, _ := upstreamWithClient(ctx, t, objects, fts, configure)
+	return upstream, manager, recording
+}
+
+// upstreamWithClient is upstreamThroughDecorator, with the client its
+// informers follow, for tests that change the objects.
+func upstreamWithClient(ctx context.Context, t testing.TB, objects []runtime.Object, fts feature.Features, configure func(*draManager)) (*dynamicresources.DynamicResources, *draManager, *recordingManager, *fake.Clientset) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	client := fake.NewSimpleClientset(objects...)
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -288,5 +296,5 @@ func upstreamThroughDecorator(ctx context.Context, t testing.TB, objects []runti
 	if err != nil {
 		t.Fatal(err)
 	}
-	return plugin.(*dynamicresources.DynamicResources), manager, recording
+	return plugin.(*dynamicresources.DynamicResources), manager, recording, client
 }

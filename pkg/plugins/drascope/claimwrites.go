@@ -35,6 +35,9 @@ func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.P
 		// Nothing of the pod can be in flight: most pods of a cluster.
 		return pl.DynamicResources.Reserve(ctx, state, pod, nodeName)
 	}
+	if status := pl.filterChosenIfMemoized(ctx, state, pod, nodeName); !status.IsSuccess() {
+		return status
+	}
 	before := pl.manager.claims.pendingUIDs()
 	status := pl.DynamicResources.Reserve(ctx, state, pod, nodeName)
 	after := pl.manager.claims.pendingUIDs()

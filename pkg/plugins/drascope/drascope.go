@@ -91,6 +91,9 @@ type DRAScope struct {
 	filterTimeout time.Duration
 	// nodeAllocatableResources: preemption.go, newWhatIf.
 	nodeAllocatableResources bool
+	// filterMemo answers Filter for nodes accepted before with the same
+	// inputs (filtermemo.go).
+	filterMemo *filterMemo
 	// countersReachEveryNode: the allocator upstream builds reads slices
 	// with shared counters on every node (nodeprune.PoolsReaching).
 	countersReachEveryNode bool
@@ -162,6 +165,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		// The side cache and node pruning's index both follow the
 		// scheduler's in-flight allocations.
 		pl.index = rt.Index()
+		pl.filterMemo = &filterMemo{}
 		manager := newDRAManager(fh.SharedDRAManager(), observers{pl.pools, pl.index}, withheld, rt.Holds())
 		if args.DeviceChoice == config.DeviceChoiceBestFit {
 			manager.bestFit = &bestFit{}
@@ -323,6 +327,9 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		// (mayPruneFirst): no plan, no dry run, no node to stay on.
 		if w := pl.newWhatIf(first.view, claims); w != nil {
 			state.Write(whatIfStateKey, w)
+		}
+		if memo := pl.newMemoCycle(claims); memo != nil {
+			state.Write(memoCycleKey, memo)
 		}
 		return first.result, nil
 	}

@@ -229,7 +229,12 @@ func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	if w != nil && w.changed() {
 		return pl.filterWhatIf(ctx, state, w, pod, nodeInfo)
 	}
-	status := pl.filterExplained(ctx, state, pod, nodeInfo)
+	var status *fwk.Status
+	if memo := memoCycleIn(state); memo != nil {
+		status = pl.filterMemoized(ctx, state, memo, pod, nodeInfo)
+	} else {
+		status = pl.filterExplained(ctx, state, pod, nodeInfo)
+	}
 	if w != nil && status.Code() == fwk.UnschedulableAndUnresolvable && mayPreempt(pod) && pl.lowerPriorityPodsHoldDevices(pod, nodeInfo, nil) {
 		return fwk.NewStatus(fwk.Unschedulable, status.Reasons()...)
 	}
