@@ -37,6 +37,7 @@ import (
 	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/pkg/metrics"
 	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/plugins/drascope"
 	"github.com/drascope/drascope/pkg/plugins/drascopepreemption"
@@ -282,9 +283,12 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 		tCtx.Errorf("reading node pruning's answers: %v", err)
 	} else {
 		entry.Pruning = &results.Pruning{
-			Everywhere: pruning.Everywhere - before.pruning.Everywhere,
-			Indexed:    pruning.Indexed - before.pruning.Indexed,
-			Fallback:   pruning.Fallback - before.pruning.Fallback,
+			Everywhere:   pruning.Everywhere - before.pruning.Everywhere,
+			Indexed:      pruning.Indexed - before.pruning.Indexed,
+			Fallback:     pruning.Fallback - before.pruning.Fallback,
+			MemoAccepted: pruning.MemoAccepted - before.pruning.MemoAccepted,
+			MemoRan:      pruning.MemoRan - before.pruning.MemoRan,
+			MemoRefuted:  pruning.MemoRefuted - before.pruning.MemoRefuted,
 		}
 	}
 	unhealthy, err := unhealthyDevicesHandedOut(tCtx, tCtx.Client())
@@ -446,6 +450,7 @@ const (
 	writesMetric            = "drascope_resourcepool_writes_total"
 	writeFloorMetric        = "drascope_resourcepool_write_floor_total"
 	pruningMetric           = "drascope_node_pruning_total"
+	filterMemoMetric        = "drascope_filter_memo_total"
 	// cpuProfileSuffix ends the names of the CPU profiles scheduler_perf
 	// writes with -perf-cpuprofile.
 	cpuProfileSuffix = "-cpu.prof"
@@ -674,7 +679,8 @@ func comparePools(ctx context.Context, client kubernetes.Interface, pools typedv
 	return diffs, nil
 }
 
-// pruningCounts reads drascope_node_pruning_total by answer.
+// pruningCounts reads drascope_node_pruning_total by answer and
+// drascope_filter_memo_total by result.
 func pruningCounts() (results.Pruning, error) {
 	families, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
@@ -682,22 +688,25 @@ func pruningCounts() (results.Pruning, error) {
 	}
 	var p results.Pruning
 	for _, f := range families {
-		if f.GetName() != pruningMetric {
+		if f.GetName() != pruningMetric && f.GetName() != filterMemoMetric {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			n := int(m.GetCounter().GetValue())
 			for _, l := range m.GetLabel() {
-				if l.GetName() != "answer" {
-					continue
-				}
-				switch nodeprune.Outcome(l.GetValue()) {
-				case nodeprune.Everywhere:
+				switch l.GetName() + "=" + l.GetValue() {
+				case "answer=" + string(nodeprune.Everywhere):
 					p.Everywhere += n
-				case nodeprune.Indexed:
+				case "answer=" + string(nodeprune.Indexed):
 					p.Indexed += n
-				case nodeprune.Fallback:
+				case "answer=" + string(nodeprune.Fallback):
 					p.Fallback += n
+				case "result=" + metrics.FilterMemoAccepted:
+					p.MemoAccepted += n
+				case "result=" + metrics.FilterMemoRan:
+					p.MemoRan += n
+				case "result=" + metrics.FilterMemoRefuted:
+					p.MemoRefuted += n
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -246,28 +247,35 @@ func BenchmarkOpenAttempt(b *testing.B) {
 					reserve(upstream, state, node)
 				}
 			})
-			b.Run("drascope-PreFilter-Filter", func(b *testing.B) {
-				next := 0
-				b.ReportAllocs()
-				for b.Loop() {
-					state := framework.NewCycleState()
-					result, status := pl.PreFilter(ctx, state, pod, infos)
-					if !status.IsSuccess() {
-						b.Fatal(status)
+			memo := pl.filterMemo
+			for _, name := range []string{"drascope-PreFilter-Filter", "drascope-PreFilter-Filter-without-memo"} {
+				b.Run(name, func(b *testing.B) {
+					pl.filterMemo = memo
+					if strings.HasSuffix(name, "without-memo") {
+						pl.filterMemo = nil
 					}
-					candidates := infos
-					if !result.AllNodes() {
-						candidates = nil
-						for _, info := range infos {
-							if result.NodeNames.Has(info.Node().Name) {
-								candidates = append(candidates, info)
+					next := 0
+					b.ReportAllocs()
+					for b.Loop() {
+						state := framework.NewCycleState()
+						result, status := pl.PreFilter(ctx, state, pod, infos)
+						if !status.IsSuccess() {
+							b.Fatal(status)
+						}
+						candidates := infos
+						if !result.AllNodes() {
+							candidates = nil
+							for _, info := range infos {
+								if result.NodeNames.Has(info.Node().Name) {
+									candidates = append(candidates, info)
+								}
 							}
 						}
+						node := filter(func(info fwk.NodeInfo) bool { return pl.Filter(ctx, state, pod, info).IsSuccess() }, candidates, &next)
+						reserve(pl, state, node)
 					}
-					node := filter(func(info fwk.NodeInfo) bool { return pl.Filter(ctx, state, pod, info).IsSuccess() }, candidates, &next)
-					reserve(pl, state, node)
-				}
-			})
+				})
+			}
 		})
 	}
 }

@@ -448,27 +448,36 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 	return err
 }
 
-// Pruning counts a run's node-pruning answers by kind (nodeprune.Outcome).
+// Pruning counts a run's node-pruning answers by kind (nodeprune.Outcome),
+// and its filter memo's answers (drascope_filter_memo_total).
 type Pruning struct {
 	Everywhere int `json:"everywhere"`
 	Indexed    int `json:"indexed"`
 	Fallback   int `json:"fallback"`
+	// MemoAccepted, MemoRan and MemoRefuted are Filter calls the memo
+	// answered, those upstream's Filter answered in its cycles, and the
+	// memo's acceptances Reserve found wrong.
+	MemoAccepted int `json:"memoAccepted,omitempty"`
+	MemoRan      int `json:"memoRan,omitempty"`
+	MemoRefuted  int `json:"memoRefuted,omitempty"`
 }
 
 // WritePruning prints, for every DRAScope run that pruned, how the
-// availability index answered: every node qualified, pruned from the index,
-// or fell back to the pass over every slice.
+// availability index answered (every node qualified, pruned from the
+// index, or fell back to the pass over every slice) and how its Filter
+// calls were answered in the cycles the filter memo served.
 func WritePruning(w io.Writer, runs []Run) error {
 	selected := runsWhere(runs, func(r Run) bool { return r.Pruning != nil && *r.Pruning != Pruning{} })
 	if len(selected) == 0 {
 		return nil
 	}
 	var b strings.Builder
-	b.WriteString("\n| Workload | Pair | Scheduler | node pruning: everywhere | indexed | fallback (share of indexed and fallback) |\n")
-	b.WriteString("|---|---|---|---|---|---|\n")
+	b.WriteString("\n| Workload | Pair | Scheduler | node pruning: everywhere | indexed | fallback (share of indexed and fallback) | Filter: memo accepted (share) | upstream ran | memo refuted |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range selected {
 		p := r.Pruning
-		fmt.Fprintf(&b, "| %s/%s | %d | %s | %d | %d | %d (%s) |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, p.Everywhere, p.Indexed, p.Fallback, share(p.Fallback, p.Indexed+p.Fallback))
+		fmt.Fprintf(&b, "| %s/%s | %d | %s | %d | %d | %d (%s) | %d (%s) | %d | %d |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, p.Everywhere, p.Indexed, p.Fallback, share(p.Fallback, p.Indexed+p.Fallback),
+			p.MemoAccepted, share(p.MemoAccepted, p.MemoAccepted+p.MemoRan), p.MemoRan, p.MemoRefuted)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

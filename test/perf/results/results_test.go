@@ -422,7 +422,7 @@ func TestWriteMarkdownWithoutRowsPrintsNothing(t *testing.T) {
 // of the answers that needed the check; runs without pruning print nothing.
 func TestWritePruning(t *testing.T) {
 	runs := []Run{
-		{IndexEntry: IndexEntry{TestCase: "SteadyStateAtScale", Workload: "full_500nodes", Variant: DRAScope, Pruning: &Pruning{Everywhere: 5, Indexed: 90, Fallback: 10}}},
+		{IndexEntry: IndexEntry{TestCase: "SteadyStateAtScale", Workload: "full_500nodes", Variant: DRAScope, Pruning: &Pruning{Everywhere: 5, Indexed: 90, Fallback: 10, MemoAccepted: 900, MemoRan: 100}}},
 		{IndexEntry: IndexEntry{TestCase: "SteadyStateAtScale", Workload: "full_500nodes", Variant: Upstream}},
 		{IndexEntry: IndexEntry{TestCase: "SteadyStateAtScale", Workload: "full_500nodes", Variant: DRAScopeNoPublish, Pruning: &Pruning{}}},
 	}
@@ -431,7 +431,7 @@ func TestWritePruning(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if want := "| SteadyStateAtScale/full_500nodes | 1 | drascope | 5 | 90 | 10 (10%) |"; len(lines) != 3 || lines[2] != want {
+	if want := "| SteadyStateAtScale/full_500nodes | 1 | drascope | 5 | 90 | 10 (10%) | 900 (90%) | 100 | 0 |"; len(lines) != 3 || lines[2] != want {
 		t.Errorf("table:\n%s\nwant its one row %q", b.String(), want)
 	}
 	b.Reset()
