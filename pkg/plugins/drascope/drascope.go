@@ -328,7 +328,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		if w := pl.newWhatIf(first.view, claims); w != nil {
 			state.Write(whatIfStateKey, w)
 		}
-		if memo := pl.newMemoCycle(claims); memo != nil {
+		if memo := pl.newMemoCycle(claims, nodes); memo != nil {
 			state.Write(memoCycleKey, memo)
 		}
 		return first.result, nil

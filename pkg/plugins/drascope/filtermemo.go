@@ -4,11 +4,13 @@ import (
 	"context"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	draapi "k8s.io/dynamic-resource-allocation/api"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -23,16 +25,20 @@ import (
 // one pod to the next only the node the last pod went to has changed.
 //
 // Upstream's allocator, asked about one node, reads only: the claims'
-// specs, their device classes, the node, the slices that reach the node
-// (its own, and those with a node selector or for all nodes), and the
-// devices in use in those slices' pools. Its answer is a function of
-// these. A node it accepted for a claim shape is accepted again, without
-// running it, when all of them are what they were: the same claim specs,
-// the same class, node and slice objects (informer objects are never
-// changed in place: a change is a new object; the memo holds the ones it
-// compares, so an address is never reused under it), and the same devices
-// in use in those pools (a 64-bit hash of the set: a release and an
+// specs, their device classes, the node, the slices of the pools that
+// reach the node, and the devices in use in those pools. Its answer is a
+// function of these. A node it accepted for a claim shape is accepted
+// again, without running it, when all of them are what they were: the same
+// claim specs, the same class, node and slice objects (informer objects are
+// never changed in place: a change is a new object; the memo holds the ones
+// it compares, so an address is never reused under it), and the same
+// devices in use in those pools (a 64-bit hash of the set: a release and an
 // allocation change it unless two devices' hashes collide).
+//
+// A pool is the node's own when every slice of it names that node; every
+// other pool (a node selector, all nodes, per-device node selection, slices
+// on several nodes, and, where the allocator reads them on every node,
+// slices with shared counters) may reach any node, and counts for all.
 //
 // Only acceptances are remembered (a refusal's message and retry hints come
 // from running Filter), and only for the cycles pruning first set up
@@ -42,16 +48,46 @@ import (
 // outside preemption's dry runs (the what-if state). Upstream's Reserve
 // needs its Filter's result for the chosen node, so Reserve runs upstream's
 // Filter there first when the memo answered for it; were it to refuse, the
-// memo forgets the node and the pod is retried (counted as Refuted).
+// memo forgets everything and the pod is retried (counted as Refuted).
 type filterMemo struct {
 	mu sync.RWMutex
 	// shapes are the accepted nodes by claim shape, most recent last.
 	shapes []*shapeMemo
+	// cycles counts the cycles set up, for the sweep of departed nodes.
+	cycles int
+
+	// deviceHashes caches each in-use device's hash, and layout the last
+	// listing's layout, for the next cycles (PreFilter's, one cycle at a
+	// time). The hashes' keys hold their names' handles, so a key is never
+	// another name's.
+	cacheMu      sync.Mutex
+	deviceHashes map[structured.DeviceID]uint64
+	layout       *memoLayout
+}
+
+// memoLayout is which slices and pools reach which node, for one set of
+// listed slices: the same from one cycle to the next until a slice changes
+// or, where pruning serves a part of them, the part does.
+type memoLayout struct {
+	slices map[*resourceapi.ResourceSlice]struct{}
+	// nodes index local and localPools: each node's own slices, by name,
+	// and pools.
+	nodes      map[string]int
+	local      [][]*resourceapi.ResourceSlice
+	localPools [][]memoPool
+	// global are the slices of the pools that may reach any node, by
+	// name, and globalPools those pools.
+	global      []*resourceapi.ResourceSlice
+	globalPools []memoPool
 }
 
 // memoShapes bounds the claim shapes remembered: a cluster schedules a
 // handful of templates at a time.
 const memoShapes = 8
+
+// memoSweepEvery is how many cycles pass between sweeps of the entries of
+// nodes that are gone or changed.
+const memoSweepEvery = 1024
 
 type shapeMemo struct {
 	key   string
@@ -71,16 +107,16 @@ type memoEntry struct {
 // memoCycle is one cycle's side of the memo: what its allocator reads, by
 // node. It is written once in PreFilter and read by Filter's goroutines.
 type memoCycle struct {
-	memo    *filterMemo
-	shape   string
-	classes []*resourceapi.DeviceClass
-	// local are the slices of each node; global those that may reach any
-	// node (a node selector, all nodes, per-device node selection).
-	local  map[string][]*resourceapi.ResourceSlice
-	global []*resourceapi.ResourceSlice
-	// poolInUse hashes the devices in use per pool; globalInUse those of
-	// the global slices' pools.
-	poolInUse   map[memoPool]uint64
+	memo  *filterMemo
+	shape string
+	// classes looks up the claims' classes now: the allocator looks them
+	// up for each node.
+	classes func() ([]*resourceapi.DeviceClass, bool)
+	// layout is which slices reach which node; localInUse hashes the
+	// devices in use in each node's own pools (by the layout's index),
+	// globalInUse those in the pools that may reach any node.
+	layout      *memoLayout
+	localInUse  []uint64
 	globalInUse uint64
 
 	mu sync.Mutex
@@ -88,7 +124,12 @@ type memoCycle struct {
 	answered sets.Set[string]
 }
 
-type memoPool struct{ driver, pool string }
+// memoPool is a pool by its interned names, as the in-use set holds them.
+type memoPool struct{ driver, pool draapi.UniqueString }
+
+func poolOf(slice *resourceapi.ResourceSlice) memoPool {
+	return memoPool{draapi.MakeUniqueString(slice.Spec.Driver), draapi.MakeUniqueString(slice.Spec.Pool.Name)}
+}
 
 // Clone shares the cycle: a clone (nominated pods' pass, preemption's dry
 // runs) reads the same allocator.
@@ -98,10 +139,10 @@ const memoCycleKey fwk.StateKey = Name + "/filter-memo"
 
 var memoSeed = maphash.MakeSeed()
 
-// newMemoCycle sets up the memo for a cycle whose pod pruning first served
-// (first), from what upstream's PreFilter built its allocator from, or
-// returns nil when the memo cannot answer for it.
-func (pl *DRAScope) newMemoCycle(claims *podClaims) *memoCycle {
+// newMemoCycle sets up the memo for a cycle whose pod pruning first served,
+// from what upstream's PreFilter built its allocator from, or returns nil
+// when the memo cannot answer for it.
+func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo) *memoCycle {
 	if pl.filterMemo == nil || pl.features.EnableDRANodeAllocatableResources {
 		return nil
 	}
@@ -109,18 +150,16 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims) *memoCycle {
 	if !ok {
 		return nil
 	}
+	pl.filterMemo.sweep(nodes)
 	c := &memoCycle{memo: pl.filterMemo}
 	var shape []byte
+	var classNames []string
 	for _, claim := range claims.toAllocate {
 		for _, request := range claim.Spec.Devices.Requests {
 			if request.Exactly == nil {
 				return nil
 			}
-			class, err := pl.deviceClass(request.Exactly.DeviceClassName)
-			if err != nil {
-				return nil
-			}
-			c.classes = append(c.classes, class)
+			classNames = append(classNames, request.Exactly.DeviceClassName)
 		}
 		spec, err := claim.Spec.Marshal()
 		if err != nil {
@@ -130,76 +169,170 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims) *memoCycle {
 		shape = append(shape, 0)
 	}
 	c.shape = string(shape)
-	c.local = make(map[string][]*resourceapi.ResourceSlice, len(listed))
-	globalPools := map[memoPool]bool{}
-	for _, slice := range listed {
-		if slice.Spec.NodeName != nil && *slice.Spec.NodeName != "" {
-			c.local[*slice.Spec.NodeName] = append(c.local[*slice.Spec.NodeName], slice)
-			continue
+	c.classes = func() ([]*resourceapi.DeviceClass, bool) {
+		classes := make([]*resourceapi.DeviceClass, 0, len(classNames))
+		for _, name := range classNames {
+			class, err := pl.deviceClass(name)
+			if err != nil {
+				return nil, false
+			}
+			classes = append(classes, class)
 		}
-		c.global = append(c.global, slice)
-		globalPools[memoPool{slice.Spec.Driver, slice.Spec.Pool.Name}] = true
+		return classes, true
 	}
-	c.poolInUse = poolInUseHashes(seen.state)
-	for pool := range globalPools {
-		c.globalInUse ^= c.poolInUse[pool]
+
+	c.layout = pl.filterMemo.layoutOf(listed, pl.countersReachEveryNode)
+	poolInUse := pl.filterMemo.poolInUseHashes(seen.state)
+	c.localInUse = make([]uint64, len(c.layout.localPools))
+	for i, pools := range c.layout.localPools {
+		for _, pool := range pools {
+			c.localInUse[i] ^= poolInUse[pool]
+		}
+	}
+	for _, pool := range c.layout.globalPools {
+		c.globalInUse ^= poolInUse[pool]
 	}
 	return c
+}
+
+// layoutOf returns the layout of the listed slices: the last one's when
+// they are the same slices. A pool is a node's own when each of its slices
+// names that node (and, where the allocator reads slices with shared
+// counters on every node, none has them); every other pool may reach any
+// node.
+func (m *filterMemo) layoutOf(listed []*resourceapi.ResourceSlice, countersReachEveryNode bool) *memoLayout {
+	m.cacheMu.Lock()
+	defer m.cacheMu.Unlock()
+	if l := m.layout; l != nil && len(l.slices) == len(listed) && !slices.ContainsFunc(listed, func(slice *resourceapi.ResourceSlice) bool {
+		_, ok := l.slices[slice]
+		return !ok
+	}) {
+		return l
+	}
+	l := &memoLayout{slices: make(map[*resourceapi.ResourceSlice]struct{}, len(listed)), nodes: map[string]int{}}
+	owner := map[memoPool]string{}
+	pools := make([]memoPool, len(listed))
+	for i, slice := range listed {
+		l.slices[slice] = struct{}{}
+		pool, node := poolOf(slice), ""
+		if slice.Spec.NodeName != nil && !(countersReachEveryNode && len(slice.Spec.SharedCounters) > 0) {
+			node = *slice.Spec.NodeName
+		}
+		if was, ok := owner[pool]; ok && was != node {
+			node = ""
+		}
+		owner[pool], pools[i] = node, pool
+	}
+	for i, slice := range listed {
+		node := owner[pools[i]]
+		if node == "" {
+			l.global = append(l.global, slice)
+			continue
+		}
+		n, ok := l.nodes[node]
+		if !ok {
+			n = len(l.local)
+			l.nodes[node] = n
+			l.local = append(l.local, nil)
+			l.localPools = append(l.localPools, nil)
+		}
+		l.local[n] = append(l.local[n], slice)
+		if !slices.Contains(l.localPools[n], pools[i]) {
+			l.localPools[n] = append(l.localPools[n], pools[i])
+		}
+	}
+	for pool, node := range owner {
+		if node == "" {
+			l.globalPools = append(l.globalPools, pool)
+		}
+	}
+	// The listing's order is a map's; the allocator sorts slices by name.
+	byName := func(a, b *resourceapi.ResourceSlice) int { return strings.Compare(a.Name, b.Name) }
+	slices.SortFunc(l.global, byName)
+	for _, local := range l.local {
+		slices.SortFunc(local, byName)
+	}
+	m.layout = l
+	return l
+}
+
+// sweep drops, now and then, the entries of nodes that are gone or whose
+// object changed: they would never be accepted again.
+func (m *filterMemo) sweep(nodes []fwk.NodeInfo) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cycles++; m.cycles%memoSweepEvery != 0 {
+		return
+	}
+	current := make(map[string]*v1.Node, len(nodes))
+	for _, info := range nodes {
+		if node := info.Node(); node != nil {
+			current[node.Name] = node
+		}
+	}
+	for _, shape := range m.shapes {
+		for name, entry := range shape.nodes {
+			if current[name] != entry.node {
+				delete(shape.nodes, name)
+			}
+		}
+	}
 }
 
 // poolInUseHashes hashes, per pool, the devices in use, the shares in use
 // and the capacity consumed: the XOR of one hash per element, so that the
 // order of the sets does not matter.
-func poolInUseHashes(state structured.AllocatedState) map[memoPool]uint64 {
-	hashes := map[memoPool]uint64{}
-	var h maphash.Hash
-	h.SetSeed(memoSeed)
-	add := func(driver, pool, device string, extra ...string) {
-		h.Reset()
-		h.WriteString(driver)
-		h.WriteByte(0)
-		h.WriteString(pool)
-		h.WriteByte(0)
-		h.WriteString(device)
-		for _, e := range extra {
-			h.WriteByte(0)
-			h.WriteString(e)
-		}
-		key := memoPool{driver, pool}
-		hashes[key] ^= h.Sum64()
+func (m *filterMemo) poolInUseHashes(state structured.AllocatedState) map[memoPool]uint64 {
+	m.cacheMu.Lock()
+	defer m.cacheMu.Unlock()
+	if m.deviceHashes == nil || len(m.deviceHashes) > 2*len(state.AllocatedDevices)+1024 {
+		// Devices no longer in use go, now and then.
+		m.deviceHashes = make(map[structured.DeviceID]uint64, len(state.AllocatedDevices))
 	}
+	hashes := map[memoPool]uint64{}
 	for id := range state.AllocatedDevices {
-		add(id.Driver.String(), id.Pool.String(), id.Device.String())
+		sum, ok := m.deviceHashes[id]
+		if !ok {
+			sum = hashNames(id.Driver.String(), id.Pool.String(), id.Device.String())
+			m.deviceHashes[id] = sum
+		}
+		hashes[memoPool{id.Driver, id.Pool}] ^= sum
 	}
 	for id := range state.AllocatedSharedDeviceIDs {
-		add(id.Driver.String(), id.Pool.String(), id.Device.String(), "share", id.ShareID.String())
+		hashes[memoPool{id.Driver, id.Pool}] ^= hashNames(id.Driver.String(), id.Pool.String(), id.Device.String(), "share", id.ShareID.String())
 	}
 	for id, consumed := range state.AggregatedCapacity {
 		for name, quantity := range consumed {
-			add(id.Driver.String(), id.Pool.String(), id.Device.String(), "capacity", string(name), quantity.String())
+			hashes[memoPool{id.Driver, id.Pool}] ^= hashNames(id.Driver.String(), id.Pool.String(), id.Device.String(), "capacity", string(name), quantity.String())
 		}
 	}
 	return hashes
 }
 
-// entryFor is what this cycle's allocator reads for node.
-func (c *memoCycle) entryFor(node *v1.Node) memoEntry {
-	local := c.local[node.Name]
-	inUse := c.globalInUse
-	pools := make([]memoPool, 0, 1)
-	for _, slice := range local {
-		pool := memoPool{slice.Spec.Driver, slice.Spec.Pool.Name}
-		if !slices.Contains(pools, pool) {
-			pools = append(pools, pool)
-			inUse ^= c.poolInUse[pool]
-		}
+// hashNames is a seeded 64-bit hash of names.
+func hashNames(names ...string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(memoSeed)
+	for _, name := range names {
+		h.WriteString(name)
+		h.WriteByte(0)
 	}
-	return memoEntry{node: node, classes: c.classes, local: local, global: c.global, inUse: inUse}
+	return h.Sum64()
+}
+
+// entryFor is what this cycle's allocator reads for node, with classes.
+func (c *memoCycle) entryFor(node *v1.Node, classes []*resourceapi.DeviceClass) memoEntry {
+	entry := memoEntry{node: node, classes: classes, global: c.layout.global, inUse: c.globalInUse}
+	if n, ok := c.layout.nodes[node.Name]; ok {
+		entry.local = c.layout.local[n]
+		entry.inUse ^= c.localInUse[n]
+	}
+	return entry
 }
 
 // accepts reports whether upstream's Filter accepted the node before, with
 // what this cycle's allocator reads for it.
-func (c *memoCycle) accepts(node *v1.Node) bool {
+func (c *memoCycle) accepts(node *v1.Node, classes []*resourceapi.DeviceClass) bool {
 	c.memo.mu.RLock()
 	shape := c.memo.shape(c.shape)
 	var was memoEntry
@@ -208,7 +341,7 @@ func (c *memoCycle) accepts(node *v1.Node) bool {
 		was, ok = shape.nodes[node.Name]
 	}
 	c.memo.mu.RUnlock()
-	if !ok || !was.equal(c.entryFor(node)) {
+	if !ok || !was.equal(c.entryFor(node, classes)) {
 		return false
 	}
 	c.mu.Lock()
@@ -220,9 +353,10 @@ func (c *memoCycle) accepts(node *v1.Node) bool {
 	return true
 }
 
-// accepted remembers that upstream's Filter accepted the node this cycle.
-func (c *memoCycle) accepted(node *v1.Node) {
-	entry := c.entryFor(node)
+// accepted remembers that upstream's Filter accepted the node this cycle,
+// with classes.
+func (c *memoCycle) accepted(node *v1.Node, classes []*resourceapi.DeviceClass) {
+	entry := c.entryFor(node, classes)
 	c.memo.mu.Lock()
 	defer c.memo.mu.Unlock()
 	shape := c.memo.shape(c.shape)
@@ -243,13 +377,11 @@ func (c *memoCycle) answeredFor(node string) bool {
 	return c.answered.Has(node)
 }
 
-// forget drops the node from the memo, for every shape.
-func (m *filterMemo) forget(node string) {
+// forget drops everything the memo remembers.
+func (m *filterMemo) forget() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, shape := range m.shapes {
-		delete(shape.nodes, node)
-	}
+	m.shapes = nil
 }
 
 // shape is the memo of a claim shape, or nil; the caller holds mu.
@@ -281,14 +413,19 @@ func (pl *DRAScope) filterMemoized(ctx context.Context, state fwk.CycleState, me
 	if node == nil {
 		return pl.filterExplained(ctx, state, pod, nodeInfo)
 	}
-	if memo.accepts(node) {
+	// The allocator looks the classes up for each node: they were these
+	// when it ran if they are these before and after.
+	classes, ok := memo.classes()
+	if ok && memo.accepts(node, classes) {
 		metrics.ObserveFilterMemo(metrics.FilterMemoAccepted)
 		return nil
 	}
 	status := pl.filterExplained(ctx, state, pod, nodeInfo)
 	metrics.ObserveFilterMemo(metrics.FilterMemoRan)
-	if status.IsSuccess() {
-		memo.accepted(node)
+	if ok && status.IsSuccess() {
+		if after, ok := memo.classes(); ok && slices.Equal(after, classes) {
+			memo.accepted(node, classes)
+		}
 	}
 	return status
 }
@@ -307,8 +444,8 @@ func (pl *DRAScope) filterChosenIfMemoized(ctx context.Context, state fwk.CycleS
 	status := pl.filterExplained(ctx, state, pod, nodeInfo)
 	if !status.IsSuccess() {
 		metrics.ObserveFilterMemo(metrics.FilterMemoRefuted)
-		klog.FromContext(ctx).Info("Upstream's Filter refused the node the filter memo accepted; forgetting the node", "pod", klog.KObj(pod), "node", nodeName, "status", status)
-		memo.memo.forget(nodeName)
+		klog.FromContext(ctx).Info("Upstream's Filter refused the node the filter memo accepted; the memo forgets everything", "pod", klog.KObj(pod), "node", nodeName, "status", status)
+		memo.memo.forget()
 	}
 	return status
 }

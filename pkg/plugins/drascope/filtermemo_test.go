@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
@@ -91,8 +93,40 @@ func testFilterMemo(t *testing.T, seed uint64) {
 		nodes[name] = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"zone": "z" + strconv.Itoa(random.IntN(2))}}}
 		objects = append(objects, localSlice(name, 1))
 	}
-	pools := append(slices.Clone(names), "all", "zoned")
-	objects = append(objects, networkSlice("all", 1), networkSlice("zoned", 1))
+	// Two pools of two slices each: one over node-0 and node-1, one with a
+	// slice on node-2 and one for all nodes. A slice replaced may come
+	// with its pool's next generation, which leaves the pool incomplete
+	// until the other slice follows.
+	generations := map[string]int64{"span": 1, "mixed": 1}
+	partSlice := func(name string, rv int, bump bool) *resourceapi.ResourceSlice {
+		pool, part, _ := strings.Cut(name, "-")
+		if bump {
+			generations[pool]++
+		}
+		slice := &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: strconv.Itoa(rv)},
+			Spec:       resourceapi.ResourceSliceSpec{Driver: captureDriver, Pool: resourceapi.ResourcePool{Name: pool, Generation: generations[pool], ResourceSliceCount: 2}},
+		}
+		for i := range 1 + random.IntN(2) {
+			slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{Name: fmt.Sprintf("%s-%d", part, i), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"model": {StringValue: ptr.To(model())},
+			}})
+		}
+		switch name {
+		case "span-a":
+			slice.Spec.NodeName = ptr.To("node-0")
+		case "span-b":
+			slice.Spec.NodeName = ptr.To("node-1")
+		case "mixed-a":
+			slice.Spec.NodeName = ptr.To("node-2")
+		default:
+			slice.Spec.AllNodes = ptr.To(true)
+		}
+		return slice
+	}
+	pools := append(slices.Clone(names), "all", "zoned", "span", "mixed")
+	objects = append(objects, networkSlice("all", 1), networkSlice("zoned", 1),
+		partSlice("span-a", 1, false), partSlice("span-b", 1, false), partSlice("mixed-a", 1, false), partSlice("mixed-b", 1, false))
 
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	upstream, manager, _, client := upstreamWithClient(ctx, t, objects, fts, nil)
@@ -135,6 +169,14 @@ func testFilterMemo(t *testing.T, seed uint64) {
 		return devices
 	}
 
+	// inUse reports whether upstream's claim tracker, which its event
+	// handler keeps apart from the claims' cache, has pool/device in use:
+	// both cycles of a step must see the step's change.
+	inUse := func(key string) bool {
+		pool, device, _ := strings.Cut(key, "/")
+		devices, err := manager.SharedDRAManager.ResourceClaims().ListAllAllocatedDevices()
+		return err == nil && devices.Has(structured.MakeDeviceID(captureDriver, pool, device))
+	}
 	answered := 0
 	for step := range steps {
 		rv++
@@ -155,7 +197,7 @@ func testFilterMemo(t *testing.T, seed uint64) {
 				index.DeleteClaim(claim)
 				waitFor("a release", func() bool {
 					_, err := manager.ResourceClaims().Get(claim.Namespace, claim.Name)
-					return err != nil
+					return err != nil && !inUse(key)
 				})
 				break
 			}
@@ -169,15 +211,18 @@ func testFilterMemo(t *testing.T, seed uint64) {
 			index.SetClaim(claim)
 			waitFor("an allocation", func() bool {
 				_, err := manager.ResourceClaims().Get(claim.Namespace, claim.Name)
-				return err == nil
+				return err == nil && inUse(key)
 			})
 		case change < 7:
 			// A slice changes: new attributes, a device more or less.
 			pool := pools[random.IntN(len(pools))]
 			var slice *resourceapi.ResourceSlice
-			if pool == "all" || pool == "zoned" {
+			switch pool {
+			case "all", "zoned":
 				slice = networkSlice(pool, rv)
-			} else {
+			case "span", "mixed":
+				slice = partSlice(pool+"-"+[]string{"a", "b"}[random.IntN(2)], rv, random.IntN(2) == 0)
+			default:
 				slice = localSlice(pool, rv)
 			}
 			if _, err := client.ResourceV1().ResourceSlices().Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
@@ -240,6 +285,13 @@ func testFilterMemo(t *testing.T, seed uint64) {
 			}
 		}
 		if !got.Equal(want) {
+			for _, info := range infos {
+				name := info.Node().Name
+				if want.Has(name) != got.Has(name) {
+					memo := memoCycleIn(state)
+					t.Logf("%s: kept by PreFilter %v, memo cycle %v, memo answered %v, upstream's Filter in DRAScope's cycle %v", name, result.AllNodes() || result.NodeNames.Has(name), memo != nil, memo != nil && memo.answeredFor(name), upstream.Filter(ctx, state, pod, info))
+				}
+			}
 			t.Fatalf("step %d: DRAScope accepts %v, upstream %v", step, sets.List(got), sets.List(want))
 		}
 		if memo := memoCycleIn(state); memo != nil {
@@ -291,7 +343,7 @@ func TestFilterMemoSkipsWhatItCannotAnswer(t *testing.T) {
 	claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
 		{Name: "one", DeviceClassName: captureDriver, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 	}}}
-	if newMemo := pl.newMemoCycle(&podClaims{toAllocate: []*resourceapi.ResourceClaim{claim}}); newMemo != nil {
+	if newMemo := pl.newMemoCycle(&podClaims{toAllocate: []*resourceapi.ResourceClaim{claim}}, infos); newMemo != nil {
 		t.Error("a prioritized list got a memo cycle")
 	}
 }
@@ -315,14 +367,38 @@ func TestReserveChecksWhatTheMemoAccepted(t *testing.T) {
 		t.Fatal("no memo cycle")
 	}
 	full := infos[slices.IndexFunc(infos, func(info fwk.NodeInfo) bool { return info.Node().Name == "node-0" })]
-	memo.accepted(full.Node())
+	classes, _ := memo.classes()
+	memo.accepted(full.Node(), classes)
 	if status := pl.Filter(ctx, state, pod, full); !status.IsSuccess() {
 		t.Fatalf("Filter on the planted node: %v, want the memo's acceptance", status)
 	}
 	if status := pl.Reserve(ctx, state, pod, "node-0"); status.IsSuccess() {
 		t.Fatal("Reserve on a full node the memo accepted succeeded")
 	}
-	if memo.accepts(full.Node()) {
+	if memo.accepts(full.Node(), classes) {
 		t.Error("the memo still accepts the refuted node")
+	}
+}
+
+// TestFilterMemoSweepsDepartedNodes: every memoSweepEvery cycles the memo
+// drops the entries of nodes that are gone or whose object changed.
+func TestFilterMemoSweepsDepartedNodes(t *testing.T) {
+	kept, changed := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "changed"}}
+	memo := &filterMemo{shapes: []*shapeMemo{{key: "shape", nodes: map[string]memoEntry{
+		"kept": {node: kept}, "changed": {node: changed}, "gone": {node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gone"}}},
+	}}}}
+	infos, err := internalcache.NewSnapshot(nil, []*v1.Node{kept, changed.DeepCopy()}).NodeInfos().List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range memoSweepEvery - 1 {
+		memo.sweep(infos)
+	}
+	if n := len(memo.shapes[0].nodes); n != 3 {
+		t.Fatalf("%d entries before the sweep, want 3", n)
+	}
+	memo.sweep(infos)
+	if got := sets.KeySet(memo.shapes[0].nodes); !got.Equal(sets.New("kept")) {
+		t.Errorf("after the sweep: %v, want only the kept node", sets.List(got))
 	}
 }
