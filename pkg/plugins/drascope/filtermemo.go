@@ -2,6 +2,8 @@ package drascope
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"hash/maphash"
 	"slices"
 	"strings"
@@ -45,13 +47,16 @@ import (
 // (prunefirst.go: every claim to allocate, no gang, no nomination), whose
 // claims ask for devices by class only (upstream's Score reads Filter's
 // result for prioritized lists), without node-allocatable resources, and
-// outside preemption's dry runs (the what-if state). Upstream's Reserve
+// outside a what-if state that changed anything (nominated pods added,
+// victims removed in preemption's dry runs). Upstream's Reserve
 // needs its Filter's result for the chosen node, so Reserve runs upstream's
 // Filter there first when the memo answered for it; were it to refuse, the
-// memo forgets everything and the pod is retried (counted as Refuted).
+// memo forgets everything and Reserve fails with an error, so that the pod
+// is retried with backoff (counted as Refuted).
 type filterMemo struct {
 	mu sync.RWMutex
-	// shapes are the accepted nodes by claim shape, most recent last.
+	// shapes are the accepted nodes by claim shape, the most recently
+	// scheduled last.
 	shapes []*shapeMemo
 	// cycles counts the cycles set up, for the sweep of departed nodes.
 	cycles int
@@ -69,7 +74,13 @@ type filterMemo struct {
 // listed slices: the same from one cycle to the next until a slice changes
 // or, where pruning serves a part of them, the part does.
 type memoLayout struct {
-	slices map[*resourceapi.ResourceSlice]struct{}
+	// slices are the listed slices (a listing holds each slice once: the
+	// informer's list, pruning's pools, BestFit's order and the counters'
+	// copies each keep one per slice, so equal sizes and membership make
+	// the same set); countersReachEveryNode is the allocator's flag it
+	// was laid out with.
+	slices                 map[*resourceapi.ResourceSlice]struct{}
+	countersReachEveryNode bool
 	// nodes index local and localPools: each node's own slices, by name,
 	// and pools.
 	nodes      map[string]int
@@ -150,7 +161,6 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo) *memoC
 	if !ok {
 		return nil
 	}
-	pl.filterMemo.sweep(nodes)
 	c := &memoCycle{memo: pl.filterMemo}
 	var shape []byte
 	var classNames []string
@@ -165,8 +175,9 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo) *memoC
 		if err != nil {
 			return nil
 		}
+		// Length-prefixed: a spec's bytes may hold any byte.
+		shape = binary.AppendUvarint(shape, uint64(len(spec)))
 		shape = append(shape, spec...)
-		shape = append(shape, 0)
 	}
 	c.shape = string(shape)
 	c.classes = func() ([]*resourceapi.DeviceClass, bool) {
@@ -182,6 +193,7 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo) *memoC
 	}
 
 	c.layout = pl.filterMemo.layoutOf(listed, pl.countersReachEveryNode)
+	pl.filterMemo.touch(c.shape, c.layout, nodes)
 	poolInUse := pl.filterMemo.poolInUseHashes(seen.state)
 	c.localInUse = make([]uint64, len(c.layout.localPools))
 	for i, pools := range c.layout.localPools {
@@ -203,13 +215,13 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo) *memoC
 func (m *filterMemo) layoutOf(listed []*resourceapi.ResourceSlice, countersReachEveryNode bool) *memoLayout {
 	m.cacheMu.Lock()
 	defer m.cacheMu.Unlock()
-	if l := m.layout; l != nil && len(l.slices) == len(listed) && !slices.ContainsFunc(listed, func(slice *resourceapi.ResourceSlice) bool {
+	if l := m.layout; l != nil && l.countersReachEveryNode == countersReachEveryNode && len(l.slices) == len(listed) && !slices.ContainsFunc(listed, func(slice *resourceapi.ResourceSlice) bool {
 		_, ok := l.slices[slice]
 		return !ok
 	}) {
 		return l
 	}
-	l := &memoLayout{slices: make(map[*resourceapi.ResourceSlice]struct{}, len(listed)), nodes: map[string]int{}}
+	l := &memoLayout{slices: make(map[*resourceapi.ResourceSlice]struct{}, len(listed)), countersReachEveryNode: countersReachEveryNode, nodes: map[string]int{}}
 	owner := map[memoPool]string{}
 	pools := make([]memoPool, len(listed))
 	for i, slice := range listed {
@@ -256,11 +268,18 @@ func (m *filterMemo) layoutOf(listed []*resourceapi.ResourceSlice, countersReach
 	return l
 }
 
-// sweep drops, now and then, the entries of nodes that are gone or whose
-// object changed: they would never be accepted again.
-func (m *filterMemo) sweep(nodes []fwk.NodeInfo) {
+// touch keeps the cycle's claim shape among the most recent, and now and
+// then drops the entries that could not be accepted again and only hold
+// old objects: those of nodes that are gone or whose object changed, and
+// those whose slices are not the current layout's (a node pruning leaves
+// out loses its entries too, at worst one miss each).
+func (m *filterMemo) touch(key string, layout *memoLayout, nodes []fwk.NodeInfo) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if i := slices.IndexFunc(m.shapes, func(shape *shapeMemo) bool { return shape.key == key }); i >= 0 && i < len(m.shapes)-1 {
+		shape := m.shapes[i]
+		m.shapes = append(slices.Delete(m.shapes, i, i+1), shape)
+	}
 	if m.cycles++; m.cycles%memoSweepEvery != 0 {
 		return
 	}
@@ -272,7 +291,11 @@ func (m *filterMemo) sweep(nodes []fwk.NodeInfo) {
 	}
 	for _, shape := range m.shapes {
 		for name, entry := range shape.nodes {
-			if current[name] != entry.node {
+			var local []*resourceapi.ResourceSlice
+			if n, ok := layout.nodes[name]; ok {
+				local = layout.local[n]
+			}
+			if current[name] != entry.node || !slices.Equal(entry.local, local) || !slices.Equal(entry.global, layout.global) {
 				delete(shape.nodes, name)
 			}
 		}
@@ -301,6 +324,8 @@ func (m *filterMemo) poolInUseHashes(state structured.AllocatedState) map[memoPo
 	for id := range state.AllocatedSharedDeviceIDs {
 		hashes[memoPool{id.Driver, id.Pool}] ^= hashNames(id.Driver.String(), id.Pool.String(), id.Device.String(), "share", id.ShareID.String())
 	}
+	// Quantity.String caches its text in the quantity: this runs in
+	// PreFilter, before Filter's goroutines read the same state.
 	for id, consumed := range state.AggregatedCapacity {
 		for name, quantity := range consumed {
 			hashes[memoPool{id.Driver, id.Pool}] ^= hashNames(id.Driver.String(), id.Pool.String(), id.Device.String(), "capacity", string(name), quantity.String())
@@ -377,7 +402,9 @@ func (c *memoCycle) answeredFor(node string) bool {
 	return c.answered.Has(node)
 }
 
-// forget drops everything the memo remembers.
+// forget drops everything the memo remembers: an acceptance upstream's
+// Filter refuted means an input the memo does not compare, which may be
+// behind other entries too.
 func (m *filterMemo) forget() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -443,9 +470,13 @@ func (pl *DRAScope) filterChosenIfMemoized(ctx context.Context, state fwk.CycleS
 	}
 	status := pl.filterExplained(ctx, state, pod, nodeInfo)
 	if !status.IsSuccess() {
+		// An error, not a refusal: no event may come to retry a pod
+		// refused for an input the memo does not compare, and an error
+		// retries it with backoff.
 		metrics.ObserveFilterMemo(metrics.FilterMemoRefuted)
 		klog.FromContext(ctx).Info("Upstream's Filter refused the node the filter memo accepted; the memo forgets everything", "pod", klog.KObj(pod), "node", nodeName, "status", status)
 		memo.memo.forget()
+		return fwk.AsStatus(fmt.Errorf("upstream's Filter refused node %s, which the filter memo accepted: %s", nodeName, status.Message()))
 	}
 	return status
 }

@@ -12,11 +12,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -24,6 +27,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/metrics"
 
 	"github.com/drascope/drascope/pkg/nodeprune"
 )
@@ -311,9 +316,9 @@ func testFilterMemo(t *testing.T, seed uint64) {
 	t.Logf("the filter memo answered for %d nodes over %d steps", answered, steps)
 }
 
-// TestFilterMemoSkipsWhatItCannotAnswer: the memo sets up no cycle for a
-// prioritized list (upstream's Score reads Filter's results) and answers
-// nothing in a preemption's what-if state.
+// TestFilterMemoSkipsWhatItCannotAnswer: the memo answers every node in the
+// second cycle of a pod on an unchanged cluster, and sets up no cycle for a
+// prioritized list (upstream's Score reads Filter's results).
 func TestFilterMemoSkipsWhatItCannotAnswer(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
@@ -350,8 +355,9 @@ func TestFilterMemoSkipsWhatItCannotAnswer(t *testing.T) {
 
 // TestReserveChecksWhatTheMemoAccepted: were the memo to accept a node
 // upstream's allocator refuses (here planted), Reserve runs upstream's
-// Filter on it, refuses the pod with upstream's answer instead of reserving
-// nothing, and the memo forgets the node.
+// Filter on it and fails with an error (the pod retries with backoff: no
+// event may come for an input the memo does not compare) instead of
+// reserving nothing, counts it, and the memo forgets everything.
 func TestReserveChecksWhatTheMemoAccepted(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
@@ -372,33 +378,102 @@ func TestReserveChecksWhatTheMemoAccepted(t *testing.T) {
 	if status := pl.Filter(ctx, state, pod, full); !status.IsSuccess() {
 		t.Fatalf("Filter on the planted node: %v, want the memo's acceptance", status)
 	}
-	if status := pl.Reserve(ctx, state, pod, "node-0"); status.IsSuccess() {
-		t.Fatal("Reserve on a full node the memo accepted succeeded")
+	metrics.Register() // an unregistered counter counts nothing
+	refuted := func() float64 {
+		v, err := testutil.GetCounterMetricValue(metrics.FilterMemo.WithLabelValues(metrics.FilterMemoRefuted))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := refuted()
+	if status := pl.Reserve(ctx, state, pod, "node-0"); status.Code() != fwk.Error || !strings.Contains(status.Message(), "filter memo accepted") {
+		t.Fatalf("Reserve on a full node the memo accepted: %v, want an error (retried with backoff) naming the memo", status)
+	}
+	if refuted() != before+1 {
+		t.Error("the refutation was not counted")
 	}
 	if memo.accepts(full.Node(), classes) {
 		t.Error("the memo still accepts the refuted node")
 	}
 }
 
-// TestFilterMemoSweepsDepartedNodes: every memoSweepEvery cycles the memo
-// drops the entries of nodes that are gone or whose object changed.
-func TestFilterMemoSweepsDepartedNodes(t *testing.T) {
-	kept, changed := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "changed"}}
+// TestFilterMemoTouch: the cycle's shape becomes the most recent, and every
+// memoSweepEvery cycles the entries that could not be accepted again go:
+// nodes gone or changed, and slices that are not the layout's.
+func TestFilterMemoTouch(t *testing.T) {
+	kept, changed, stale := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "changed"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "stale"}}
+	keptSlice, staleSlice, oldSlice := captureSlice("kept", 1), captureSlice("stale", 1), captureSlice("stale", 1)
+	layout := &memoLayout{nodes: map[string]int{"kept": 0, "stale": 1}, local: [][]*resourceapi.ResourceSlice{{keptSlice}, {staleSlice}}}
 	memo := &filterMemo{shapes: []*shapeMemo{{key: "shape", nodes: map[string]memoEntry{
-		"kept": {node: kept}, "changed": {node: changed}, "gone": {node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gone"}}},
-	}}}}
-	infos, err := internalcache.NewSnapshot(nil, []*v1.Node{kept, changed.DeepCopy()}).NodeInfos().List()
+		"kept":    {node: kept, local: []*resourceapi.ResourceSlice{keptSlice}},
+		"stale":   {node: stale, local: []*resourceapi.ResourceSlice{oldSlice}},
+		"changed": {node: changed},
+		"gone":    {node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gone"}}},
+	}}, {key: "other", nodes: map[string]memoEntry{}}}}
+	infos, err := internalcache.NewSnapshot(nil, []*v1.Node{kept, stale, changed.DeepCopy()}).NodeInfos().List()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range memoSweepEvery - 1 {
-		memo.sweep(infos)
+	memo.touch("shape", layout, infos)
+	if memo.shapes[1].key != "shape" {
+		t.Errorf("shapes %s, %s after a cycle of \"shape\": want it last", memo.shapes[0].key, memo.shapes[1].key)
 	}
-	if n := len(memo.shapes[0].nodes); n != 3 {
-		t.Fatalf("%d entries before the sweep, want 3", n)
+	for range memoSweepEvery - 2 {
+		memo.touch("shape", layout, infos)
 	}
-	memo.sweep(infos)
-	if got := sets.KeySet(memo.shapes[0].nodes); !got.Equal(sets.New("kept")) {
+	if n := len(memo.shapes[1].nodes); n != 4 {
+		t.Fatalf("%d entries before the sweep, want 4", n)
+	}
+	memo.touch("shape", layout, infos)
+	if got := sets.KeySet(memo.shapes[1].nodes); !got.Equal(sets.New("kept")) {
 		t.Errorf("after the sweep: %v, want only the kept node", sets.List(got))
+	}
+}
+
+// TestFilterMemoLayout: a node's pool counts for every node when the
+// allocator reads its shared counters on every node, and a layout laid out
+// without that is not reused with it.
+func TestFilterMemoLayout(t *testing.T) {
+	plain, counters := captureSlice("node-0", 1), captureSlice("node-1", 1)
+	counters.Spec.SharedCounters = []resourceapi.CounterSet{{Name: "memory"}}
+	memo := &filterMemo{}
+	listed := []*resourceapi.ResourceSlice{plain, counters}
+	l := memo.layoutOf(listed, false)
+	if len(l.global) != 0 || len(l.nodes) != 2 {
+		t.Fatalf("without countersReachEveryNode: global %d, nodes %v; want both slices their node's own", len(l.global), l.nodes)
+	}
+	l = memo.layoutOf(listed, true)
+	if len(l.global) != 1 || l.global[0] != counters || len(l.globalPools) != 1 || len(l.nodes) != 1 {
+		t.Fatalf("with countersReachEveryNode: global %v, nodes %v; want the slice with counters everyone's", l.global, l.nodes)
+	}
+	if memo.layoutOf(listed, true) != l {
+		t.Error("the same listing laid out again")
+	}
+}
+
+// TestPoolInUseHashes: a share and a consumed capacity change their pool's
+// hash, and the order the sets are walked in does not.
+func TestPoolInUseHashes(t *testing.T) {
+	device := structured.MakeDeviceID(captureDriver, "node-0", "gpu-0")
+	pool := memoPool{device.Driver, device.Pool}
+	state := func(share string, capacity string) structured.AllocatedState {
+		s := structured.AllocatedState{AllocatedDevices: sets.New(device), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+		if share != "" {
+			s.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(device, ptr.To(types.UID(share))))
+		}
+		if capacity != "" {
+			s.AggregatedCapacity[device] = structured.ConsumedCapacity{"memory": ptr.To(resource.MustParse(capacity))}
+		}
+		return s
+	}
+	memo := &filterMemo{}
+	hash := func(s structured.AllocatedState) uint64 { return memo.poolInUseHashes(s)[pool] }
+	base, share, other, capacity := hash(state("", "")), hash(state("a", "")), hash(state("b", "")), hash(state("", "1Gi"))
+	if base == share || share == other || base == capacity || capacity == hash(state("", "2Gi")) {
+		t.Errorf("hashes: none %x, share a %x, share b %x, 1Gi %x: each must differ", base, share, other, capacity)
+	}
+	if hash(state("a", "")) != share {
+		t.Error("the same state hashed twice differs")
 	}
 }
