@@ -120,9 +120,10 @@ type memoEntry struct {
 type memoCycle struct {
 	memo  *filterMemo
 	shape string
-	// classes looks up the claims' classes now: the allocator looks them
-	// up for each node.
-	classes func() ([]*resourceapi.DeviceClass, bool)
+	// classNames are the claims' classes, which classOf looks up now: the
+	// allocator looks them up for each node.
+	classNames []string
+	classOf    func(name string) (*resourceapi.DeviceClass, error)
 	// layout is which slices reach which node; localInUse hashes the
 	// devices in use in each node's own pools (by the layout's index),
 	// globalInUse those in the pools that may reach any node.
@@ -179,18 +180,7 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo) *memoC
 		shape = binary.AppendUvarint(shape, uint64(len(spec)))
 		shape = append(shape, spec...)
 	}
-	c.shape = string(shape)
-	c.classes = func() ([]*resourceapi.DeviceClass, bool) {
-		classes := make([]*resourceapi.DeviceClass, 0, len(classNames))
-		for _, name := range classNames {
-			class, err := pl.deviceClass(name)
-			if err != nil {
-				return nil, false
-			}
-			classes = append(classes, class)
-		}
-		return classes, true
-	}
+	c.shape, c.classNames, c.classOf = string(shape), classNames, pl.deviceClass
 
 	c.layout = pl.filterMemo.layoutOf(listed, pl.countersReachEveryNode)
 	pl.filterMemo.touch(c.shape, c.layout, nodes)
@@ -334,7 +324,11 @@ func (m *filterMemo) poolInUseHashes(state structured.AllocatedState) map[memoPo
 	return hashes
 }
 
-// hashNames is a seeded 64-bit hash of names.
+// hashNames is a seeded 64-bit hash of names. Not the index's hash of a
+// device ID (nodeprune), which hashes the interned names' addresses: that
+// holds within one cycle, while the memo compares hashes across cycles,
+// over which a name no longer in use may be freed and its address given
+// to another.
 func hashNames(names ...string) uint64 {
 	var h maphash.Hash
 	h.SetSeed(memoSeed)
@@ -343,6 +337,33 @@ func hashNames(names ...string) uint64 {
 		h.WriteByte(0)
 	}
 	return h.Sum64()
+}
+
+// classes are the claims' classes now.
+func (c *memoCycle) classes() ([]*resourceapi.DeviceClass, bool) {
+	classes := make([]*resourceapi.DeviceClass, 0, len(c.classNames))
+	for _, name := range c.classNames {
+		class, err := c.classOf(name)
+		if err != nil {
+			return nil, false
+		}
+		classes = append(classes, class)
+	}
+	return classes, true
+}
+
+// classesAre reports whether the claims' classes are these now, without
+// the copy classes makes: it runs for every node the memo answers.
+func (c *memoCycle) classesAre(want []*resourceapi.DeviceClass) bool {
+	if len(want) != len(c.classNames) {
+		return false
+	}
+	for i, name := range c.classNames {
+		if class, err := c.classOf(name); err != nil || class != want[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // entryFor is what this cycle's allocator reads for node, with classes.
@@ -356,8 +377,8 @@ func (c *memoCycle) entryFor(node *v1.Node, classes []*resourceapi.DeviceClass) 
 }
 
 // accepts reports whether upstream's Filter accepted the node before, with
-// what this cycle's allocator reads for it.
-func (c *memoCycle) accepts(node *v1.Node, classes []*resourceapi.DeviceClass) bool {
+// what this cycle's allocator reads for it and the classes as they are now.
+func (c *memoCycle) accepts(node *v1.Node) bool {
 	c.memo.mu.RLock()
 	shape := c.memo.shape(c.shape)
 	var was memoEntry
@@ -366,7 +387,7 @@ func (c *memoCycle) accepts(node *v1.Node, classes []*resourceapi.DeviceClass) b
 		was, ok = shape.nodes[node.Name]
 	}
 	c.memo.mu.RUnlock()
-	if !ok || !was.equal(c.entryFor(node, classes)) {
+	if !ok || !was.equal(c.entryFor(node, nil)) || !c.classesAre(was.classes) {
 		return false
 	}
 	c.mu.Lock()
@@ -421,9 +442,10 @@ func (m *filterMemo) shape(key string) *shapeMemo {
 	return nil
 }
 
+// equal compares what the allocator reads but the classes, which accepts
+// looks up afresh (classesAre).
 func (e memoEntry) equal(o memoEntry) bool {
-	return e.node == o.node && e.inUse == o.inUse && slices.Equal(e.classes, o.classes) &&
-		slices.Equal(e.local, o.local) && slices.Equal(e.global, o.global)
+	return e.node == o.node && e.inUse == o.inUse && slices.Equal(e.local, o.local) && slices.Equal(e.global, o.global)
 }
 
 // memoCycleIn is the cycle's memo, or nil.
@@ -440,19 +462,17 @@ func (pl *DRAScope) filterMemoized(ctx context.Context, state fwk.CycleState, me
 	if node == nil {
 		return pl.filterExplained(ctx, state, pod, nodeInfo)
 	}
-	// The allocator looks the classes up for each node: they were these
-	// when it ran if they are these before and after.
-	classes, ok := memo.classes()
-	if ok && memo.accepts(node, classes) {
+	if memo.accepts(node) {
 		metrics.ObserveFilterMemo(metrics.FilterMemoAccepted)
 		return nil
 	}
+	// The allocator looks the classes up for each node: they were these
+	// when it ran if they are these before and after.
+	classes, ok := memo.classes()
 	status := pl.filterExplained(ctx, state, pod, nodeInfo)
 	metrics.ObserveFilterMemo(metrics.FilterMemoRan)
-	if ok && status.IsSuccess() {
-		if after, ok := memo.classes(); ok && slices.Equal(after, classes) {
-			memo.accepted(node, classes)
-		}
+	if ok && status.IsSuccess() && memo.classesAre(classes) {
+		memo.accepted(node, classes)
 	}
 	return status
 }

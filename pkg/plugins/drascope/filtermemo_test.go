@@ -393,7 +393,7 @@ func TestReserveChecksWhatTheMemoAccepted(t *testing.T) {
 	if refuted() != before+1 {
 		t.Error("the refutation was not counted")
 	}
-	if memo.accepts(full.Node(), classes) {
+	if memo.accepts(full.Node()) {
 		t.Error("the memo still accepts the refuted node")
 	}
 }
