@@ -275,22 +275,76 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 		_, err := os.Stat(cp.CAFile)
 		return err == nil, nil
 	}); err != nil {
-		return fmt.Errorf("kube-apiserver wrote no serving certificate: %w; see %s", err, cp.LogPath("kube-apiserver"))
+		return fmt.Errorf("kube-apiserver wrote no serving certificate: %w; see %s%s", err, apiserver.Log, logTail(apiserver.Log, 20))
 	}
 	client, err := kubernetes.NewForConfig(cp.Admin)
 	if err != nil {
 		return err
 	}
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	return waitReady(ctx, client, apiserver, 2*time.Minute)
+}
+
+// readyzRequestTimeout bounds one /readyz request (a variable for the test).
+var readyzRequestTimeout = 10 * time.Second
+
+// waitReady polls /readyz until it answers 200. Each request has its own
+// deadline, so that one the starting server accepts but never answers
+// cannot use up the whole wait; when the wait ends, the error says what
+// the last answer was and ends with the log's last lines, since the sandbox
+// removes the directory they are in.
+func waitReady(ctx context.Context, client kubernetes.Interface, apiserver *Process, timeout time.Duration) error {
+	last := "no answer yet"
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		select {
 		case <-apiserver.Done():
-			return false, fmt.Errorf("kube-apiserver exited (%v); see %s", apiserver.Err(), apiserver.Log)
+			return false, fmt.Errorf("kube-apiserver exited (%v); see %s%s", apiserver.Err(), apiserver.Log, logTail(apiserver.Log, 20))
 		default:
 		}
+		requestCtx, cancel := context.WithTimeout(ctx, readyzRequestTimeout)
+		defer cancel()
 		status := 0
-		client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
-		return status == http.StatusOK, nil
+		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").Do(requestCtx).StatusCode(&status).Raw()
+		switch {
+		case status == http.StatusOK:
+			return true, nil
+		case status != 0:
+			last = fmt.Sprintf("HTTP %d: %s", status, failedChecks(body))
+		case err != nil:
+			last = err.Error()
+		}
+		return false, nil
 	})
+	if err != nil && ctx.Err() == nil && !strings.HasPrefix(err.Error(), "kube-apiserver exited") {
+		return fmt.Errorf("kube-apiserver was not ready within %s (last /readyz: %s); see %s%s", timeout, last, apiserver.Log, logTail(apiserver.Log, 20))
+	}
+	return err
+}
+
+// failedChecks keeps the lines of a verbose /readyz answer that name a
+// failing check.
+func failedChecks(body []byte) string {
+	var failed []string
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, "[-]") {
+			failed = append(failed, strings.TrimSpace(line))
+		}
+	}
+	if len(failed) == 0 {
+		return strings.TrimSpace(string(body))
+	}
+	return strings.Join(failed, "; ")
+}
+
+// logTail is the last n lines of a log, indented under a heading, or
+// nothing when the log cannot be read.
+func logTail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil || len(data) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	return fmt.Sprintf("\nits last %d lines:\n  %s", len(lines), strings.Join(lines, "\n  "))
 }
 
 // RestartAPIServer kills kube-apiserver (SIGKILL, as a crash would), waits
@@ -485,7 +539,7 @@ func WaitForURL(ctx context.Context, url string, client *http.Client, what, logP
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
-		return fmt.Errorf("%s did not become healthy at %s: %w; see %s", what, url, err, logPath)
+		return fmt.Errorf("%s did not become healthy at %s: %w; see %s%s", what, url, err, logPath, logTail(logPath, 20))
 	}
 	return nil
 }
