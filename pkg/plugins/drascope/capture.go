@@ -58,12 +58,3 @@ func (c *cycleCapture) take() (inUse *inUseSeen, slices []*resourceapi.ResourceS
 	}
 	return seen, *listed, true
 }
-
-// peek returns what take returns, and leaves it there.
-func (c *cycleCapture) peek() (inUse *inUseSeen, slices []*resourceapi.ResourceSlice, ok bool) {
-	seen, listed := c.inUse.Load(), c.slices.Load()
-	if seen == nil || listed == nil {
-		return nil, nil, false
-	}
-	return seen, *listed, true
-}

@@ -328,7 +328,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		if w := pl.newWhatIf(first.view, claims); w != nil {
 			state.Write(whatIfStateKey, w)
 		}
-		if memo := pl.newMemoCycle(claims, nodes); memo != nil {
+		if memo := pl.newMemoCycle(claims, nodes, first.view); memo != nil {
 			state.Write(memoCycleKey, memo)
 		}
 		return first.result, nil
@@ -349,6 +349,16 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 			}
 		}
 		result, status = pl.pruneNodes(ctx, pod, nodes, claims, view)
+		if status.IsSuccess() && result.AllNodes() && plan == nil && pod.Spec.SchedulingGroup == nil {
+			// Every node is kept for a pod pruning first does not
+			// serve (admin access, a nominated pod, one that may
+			// preempt holders of lower priority): Filter may remember
+			// as for one it serves. Not for gang members, whose cycles
+			// steer and plan.
+			if memo := pl.newMemoCycle(claims, nodes, view); memo != nil {
+				state.Write(memoCycleKey, memo)
+			}
+		}
 	}
 	if dryRun != nil {
 		// Devices freed for a member the dry run cannot follow.

@@ -43,8 +43,10 @@ import (
 // slices with shared counters) may reach any node, and counts for all.
 //
 // Only acceptances are remembered (a refusal's message and retry hints come
-// from running Filter), and only for the cycles pruning first set up
-// (prunefirst.go: every claim to allocate, no gang, no nomination), whose
+// from running Filter), and only for cycles where every claim is to
+// allocate and every node is kept (by pruning first, prunefirst.go, or,
+// for the pods it does not serve, such as admin access, by pruning after
+// upstream's PreFilter), with no gang member's steering or plan, whose
 // claims ask for devices by class only (upstream's Score reads Filter's
 // result for prioritized lists), without node-allocatable resources, and
 // outside a what-if state that changed anything (nominated pods added,
@@ -151,17 +153,16 @@ const memoCycleKey fwk.StateKey = Name + "/filter-memo"
 
 var memoSeed = maphash.MakeSeed()
 
-// newMemoCycle sets up the memo for a cycle whose pod pruning first served,
-// from what upstream's PreFilter built its allocator from, or returns nil
-// when the memo cannot answer for it.
-func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo) *memoCycle {
-	if pl.filterMemo == nil || pl.features.EnableDRANodeAllocatableResources {
+// newMemoCycle sets up the memo for a cycle from view, what upstream's
+// PreFilter built its allocator from (where pruning first served it, the
+// allocator had the pools reaching the candidates, in BestFit's order:
+// for each node the view holds the same slices), or returns nil when the
+// memo cannot answer for it.
+func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo, view *cycleView) *memoCycle {
+	if pl.filterMemo == nil || pl.features.EnableDRANodeAllocatableResources || view == nil {
 		return nil
 	}
-	seen, listed, ok := pl.manager.capture.peek()
-	if !ok {
-		return nil
-	}
+	seen, listed := view.seen, view.slices
 	c := &memoCycle{memo: pl.filterMemo}
 	var shape []byte
 	var classNames []string

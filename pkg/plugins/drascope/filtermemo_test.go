@@ -46,13 +46,16 @@ import (
 // the test proves nothing.
 func TestFilterMemoAnswersAsUpstream(t *testing.T) {
 	for seed := range uint64(8) {
-		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
-			testFilterMemo(t, seed)
+		// Odd seeds ask for admin access: every node's devices qualify,
+		// in use or not, and pruning first does not serve the pod.
+		adminAccess := seed%2 == 1
+		t.Run(fmt.Sprintf("seed-%d/admin-access=%t", seed, adminAccess), func(t *testing.T) {
+			testFilterMemo(t, seed, adminAccess)
 		})
 	}
 }
 
-func testFilterMemo(t *testing.T, seed uint64) {
+func testFilterMemo(t *testing.T, seed uint64, adminAccess bool) {
 	const nodeCount, devices, steps = 8, 2, 60
 	random := rand.New(rand.NewPCG(seed, 7))
 	_, ctx := ktesting.NewTestContext(t)
@@ -90,6 +93,9 @@ func testFilterMemo(t *testing.T, seed uint64) {
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver, ResourceVersion: "1"}}
 	mine := captureClaim("mine")
 	mine.ResourceVersion = "1"
+	if adminAccess {
+		mine.Spec.Devices.Requests[0].Exactly.AdminAccess = ptr.To(true)
+	}
 	pod := capturePod(mine)
 	objects := []runtime.Object{class, mine, pod}
 	names := nodeNames(nodeCount)
@@ -136,7 +142,7 @@ func testFilterMemo(t *testing.T, seed uint64) {
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	upstream, manager, _, client := upstreamWithClient(ctx, t, objects, fts, nil)
 	index := nodeprune.NewIndex(nodeprune.IndexOptions{SharesApart: fts.EnableDRAConsumableCapacity})
-	pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(), index: index, filterMemo: &filterMemo{}}
+	pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(), index: index, filterMemo: &filterMemo{}, adminAccessEnabled: true}
 
 	rv := 1
 	// held are the fill claims by pool and device.
@@ -348,7 +354,11 @@ func TestFilterMemoSkipsWhatItCannotAnswer(t *testing.T) {
 	claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
 		{Name: "one", DeviceClassName: captureDriver, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 	}}}
-	if newMemo := pl.newMemoCycle(&podClaims{toAllocate: []*resourceapi.ResourceClaim{claim}}, infos); newMemo != nil {
+	seen, listed, ok := pl.manager.capture.take()
+	if !ok {
+		t.Fatal("the last cycle captured no allocator's inputs")
+	}
+	if newMemo := pl.newMemoCycle(&podClaims{toAllocate: []*resourceapi.ResourceClaim{claim}}, infos, &cycleView{seen: seen, slices: listed}); newMemo != nil {
 		t.Error("a prioritized list got a memo cycle")
 	}
 }
