@@ -68,8 +68,19 @@ type filterMemo struct {
 	// time). The hashes' keys hold their names' handles, so a key is never
 	// another name's.
 	cacheMu      sync.Mutex
-	deviceHashes map[structured.DeviceID]uint64
+	deviceHashes map[structured.DeviceID]deviceHash
 	layout       *memoLayout
+	layouts      uint64
+}
+
+// deviceHash is a device's hash and where it counts in one layout: one
+// map access per device in use per cycle (tens of thousands at 2000
+// nodes) is what the memo's set-up costs.
+type deviceHash struct {
+	sum uint64
+	// layout is the generation of the layout bucket is of.
+	layout uint64
+	bucket int32
 }
 
 // memoLayout is which slices and pools reach which node, for one set of
@@ -92,6 +103,21 @@ type memoLayout struct {
 	// name, and globalPools those pools.
 	global      []*resourceapi.ResourceSlice
 	globalPools []memoPool
+	// generation tells layouts apart in the device hashes' cache;
+	// buckets are where a pool's devices count in inUseHashes: node n's
+	// own pools in n, the pools that may reach any node after the last
+	// node.
+	generation uint64
+	buckets    map[memoPool]int32
+}
+
+// bucketOf is where pool's devices count, or -1 for a pool no listed
+// slice is of.
+func (l *memoLayout) bucketOf(pool memoPool) int32 {
+	if b, ok := l.buckets[pool]; ok {
+		return b
+	}
+	return -1
 }
 
 // memoShapes bounds the claim shapes remembered: a cluster schedules a
@@ -185,16 +211,7 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo, view *
 
 	c.layout = pl.filterMemo.layoutOf(listed, pl.countersReachEveryNode)
 	pl.filterMemo.touch(c.shape, c.layout, nodes)
-	poolInUse := pl.filterMemo.poolInUseHashes(seen.state)
-	c.localInUse = make([]uint64, len(c.layout.localPools))
-	for i, pools := range c.layout.localPools {
-		for _, pool := range pools {
-			c.localInUse[i] ^= poolInUse[pool]
-		}
-	}
-	for _, pool := range c.layout.globalPools {
-		c.globalInUse ^= poolInUse[pool]
-	}
+	c.localInUse, c.globalInUse = pl.filterMemo.inUseHashes(seen.state, c.layout)
 	return c
 }
 
@@ -249,6 +266,17 @@ func (m *filterMemo) layoutOf(listed []*resourceapi.ResourceSlice, countersReach
 			l.globalPools = append(l.globalPools, pool)
 		}
 	}
+	l.buckets = make(map[memoPool]int32, len(owner))
+	for n, pools := range l.localPools {
+		for _, pool := range pools {
+			l.buckets[pool] = int32(n)
+		}
+	}
+	for _, pool := range l.globalPools {
+		l.buckets[pool] = int32(len(l.local))
+	}
+	m.layouts++
+	l.generation = m.layouts
 	// The listing's order is a map's; the allocator sorts slices by name.
 	byName := func(a, b *resourceapi.ResourceSlice) int { return strings.Compare(a.Name, b.Name) }
 	slices.SortFunc(l.global, byName)
@@ -293,36 +321,47 @@ func (m *filterMemo) touch(key string, layout *memoLayout, nodes []fwk.NodeInfo)
 	}
 }
 
-// poolInUseHashes hashes, per pool, the devices in use, the shares in use
-// and the capacity consumed: the XOR of one hash per element, so that the
-// order of the sets does not matter.
-func (m *filterMemo) poolInUseHashes(state structured.AllocatedState) map[memoPool]uint64 {
+// inUseHashes hashes the devices in use, the shares in use and the
+// capacity consumed, by the layout's buckets (each node's own pools, and
+// the pools that may reach any node): the XOR of one hash per element, so
+// that the order of the sets does not matter.
+func (m *filterMemo) inUseHashes(state structured.AllocatedState, l *memoLayout) (local []uint64, global uint64) {
 	m.cacheMu.Lock()
 	defer m.cacheMu.Unlock()
 	if m.deviceHashes == nil || len(m.deviceHashes) > 2*len(state.AllocatedDevices)+1024 {
 		// Devices no longer in use go, now and then.
-		m.deviceHashes = make(map[structured.DeviceID]uint64, len(state.AllocatedDevices))
+		m.deviceHashes = make(map[structured.DeviceID]deviceHash, len(state.AllocatedDevices))
 	}
-	hashes := map[memoPool]uint64{}
+	buckets := make([]uint64, len(l.local)+1)
 	for id := range state.AllocatedDevices {
-		sum, ok := m.deviceHashes[id]
-		if !ok {
-			sum = hashNames(id.Driver.String(), id.Pool.String(), id.Device.String())
-			m.deviceHashes[id] = sum
+		h, ok := m.deviceHashes[id]
+		if !ok || h.layout != l.generation {
+			if !ok {
+				h.sum = hashNames(id.Driver.String(), id.Pool.String(), id.Device.String())
+			}
+			h.layout, h.bucket = l.generation, l.bucketOf(memoPool{id.Driver, id.Pool})
+			m.deviceHashes[id] = h
 		}
-		hashes[memoPool{id.Driver, id.Pool}] ^= sum
+		if h.bucket >= 0 {
+			buckets[h.bucket] ^= h.sum
+		}
+	}
+	add := func(pool memoPool, sum uint64) {
+		if b := l.bucketOf(pool); b >= 0 {
+			buckets[b] ^= sum
+		}
 	}
 	for id := range state.AllocatedSharedDeviceIDs {
-		hashes[memoPool{id.Driver, id.Pool}] ^= hashNames(id.Driver.String(), id.Pool.String(), id.Device.String(), "share", id.ShareID.String())
+		add(memoPool{id.Driver, id.Pool}, hashNames(id.Driver.String(), id.Pool.String(), id.Device.String(), "share", id.ShareID.String()))
 	}
 	// Quantity.String caches its text in the quantity: this runs in
 	// PreFilter, before Filter's goroutines read the same state.
 	for id, consumed := range state.AggregatedCapacity {
 		for name, quantity := range consumed {
-			hashes[memoPool{id.Driver, id.Pool}] ^= hashNames(id.Driver.String(), id.Pool.String(), id.Device.String(), "capacity", string(name), quantity.String())
+			add(memoPool{id.Driver, id.Pool}, hashNames(id.Driver.String(), id.Pool.String(), id.Device.String(), "capacity", string(name), quantity.String()))
 		}
 	}
-	return hashes
+	return buckets[:len(l.local)], buckets[len(l.local)]
 }
 
 // hashNames is a seeded 64-bit hash of names. Not the index's hash of a

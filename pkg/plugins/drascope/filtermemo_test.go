@@ -462,9 +462,10 @@ func TestFilterMemoLayout(t *testing.T) {
 	}
 }
 
-// TestPoolInUseHashes: a share and a consumed capacity change their pool's
-// hash, and the order the sets are walked in does not.
-func TestPoolInUseHashes(t *testing.T) {
+// TestInUseHashes: a share and a consumed capacity change their pool's
+// hash, the order the sets are walked in does not, and a device counts
+// where the cycle's layout puts its pool.
+func TestInUseHashes(t *testing.T) {
 	device := structured.MakeDeviceID(captureDriver, "node-0", "gpu-0")
 	pool := memoPool{device.Driver, device.Pool}
 	state := func(share string, capacity string) structured.AllocatedState {
@@ -478,12 +479,29 @@ func TestPoolInUseHashes(t *testing.T) {
 		return s
 	}
 	memo := &filterMemo{}
-	hash := func(s structured.AllocatedState) uint64 { return memo.poolInUseHashes(s)[pool] }
+	// The pool is node 0's own in one layout, everyone's in the other.
+	own := &memoLayout{generation: 1, local: make([][]*resourceapi.ResourceSlice, 1), buckets: map[memoPool]int32{pool: 0}}
+	everyones := &memoLayout{generation: 2, local: make([][]*resourceapi.ResourceSlice, 2), buckets: map[memoPool]int32{pool: 2}}
+	hash := func(s structured.AllocatedState) uint64 {
+		local, global := memo.inUseHashes(s, own)
+		if global != 0 {
+			t.Errorf("a node's own pool counted for every node: %x", global)
+		}
+		return local[0]
+	}
 	base, share, other, capacity := hash(state("", "")), hash(state("a", "")), hash(state("b", "")), hash(state("", "1Gi"))
 	if base == share || share == other || base == capacity || capacity == hash(state("", "2Gi")) {
 		t.Errorf("hashes: none %x, share a %x, share b %x, 1Gi %x: each must differ", base, share, other, capacity)
 	}
 	if hash(state("a", "")) != share {
 		t.Error("the same state hashed twice differs")
+	}
+	// The device's hash is cached with its place in the first layout:
+	// in another layout it counts where that one puts its pool.
+	if local, global := memo.inUseHashes(state("", ""), everyones); local[0] != 0 || local[1] != 0 || global != base {
+		t.Errorf("in a layout where the pool reaches every node: local %x, global %x; want global %x", local, global, base)
+	}
+	if local, _ := memo.inUseHashes(state("", ""), own); local[0] != base {
+		t.Errorf("back in the first layout: %x, want %x", local[0], base)
 	}
 }
