@@ -275,7 +275,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 		_, err := os.Stat(cp.CAFile)
 		return err == nil, nil
 	}); err != nil {
-		return fmt.Errorf("kube-apiserver wrote no serving certificate: %w; see %s%s", err, apiserver.Log, logTail(apiserver.Log, 20))
+		return fmt.Errorf("kube-apiserver wrote no serving certificate: %w%s", err, seeLog(apiserver.Log))
 	}
 	client, err := kubernetes.NewForConfig(cp.Admin)
 	if err != nil {
@@ -297,7 +297,7 @@ func waitReady(ctx context.Context, client kubernetes.Interface, apiserver *Proc
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		select {
 		case <-apiserver.Done():
-			return false, fmt.Errorf("kube-apiserver exited (%v); see %s%s", apiserver.Err(), apiserver.Log, logTail(apiserver.Log, 20))
+			return false, fmt.Errorf("kube-apiserver exited (%v)%s", apiserver.Err(), seeLog(apiserver.Log))
 		default:
 		}
 		requestCtx, cancel := context.WithTimeout(ctx, readyzRequestTimeout)
@@ -314,8 +314,8 @@ func waitReady(ctx context.Context, client kubernetes.Interface, apiserver *Proc
 		}
 		return false, nil
 	})
-	if err != nil && ctx.Err() == nil && !strings.HasPrefix(err.Error(), "kube-apiserver exited") {
-		return fmt.Errorf("kube-apiserver was not ready within %s (last /readyz: %s); see %s%s", timeout, last, apiserver.Log, logTail(apiserver.Log, 20))
+	if wait.Interrupted(err) && ctx.Err() == nil {
+		return fmt.Errorf("kube-apiserver was not ready within %s (last /readyz: %s)%s", timeout, last, seeLog(apiserver.Log))
 	}
 	return err
 }
@@ -335,16 +335,17 @@ func failedChecks(body []byte) string {
 	return strings.Join(failed, "; ")
 }
 
-// logTail is the last n lines of a log, indented under a heading, or
-// nothing when the log cannot be read.
-func logTail(path string, n int) string {
+// seeLog ends an error about a process: where its log is, and the log's
+// last lines, indented (none when it cannot be read).
+func seeLog(path string) string {
+	see := "; see " + path
 	data, err := os.ReadFile(path)
 	if err != nil || len(data) == 0 {
-		return ""
+		return see
 	}
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	lines = lines[max(0, len(lines)-n):]
-	return fmt.Sprintf("\nits last %d lines:\n  %s", len(lines), strings.Join(lines, "\n  "))
+	lines = lines[max(0, len(lines)-20):]
+	return fmt.Sprintf("%s\nits last %d lines:\n  %s", see, len(lines), strings.Join(lines, "\n  "))
 }
 
 // RestartAPIServer kills kube-apiserver (SIGKILL, as a crash would), waits
@@ -539,7 +540,7 @@ func WaitForURL(ctx context.Context, url string, client *http.Client, what, logP
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
-		return fmt.Errorf("%s did not become healthy at %s: %w; see %s%s", what, url, err, logPath, logTail(logPath, 20))
+		return fmt.Errorf("%s did not become healthy at %s: %w%s", what, url, err, seeLog(logPath))
 	}
 	return nil
 }

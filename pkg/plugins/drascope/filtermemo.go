@@ -94,11 +94,9 @@ type memoLayout struct {
 	// was laid out with.
 	slices                 map[*resourceapi.ResourceSlice]struct{}
 	countersReachEveryNode bool
-	// nodes index local and localPools: each node's own slices, by name,
-	// and pools.
-	nodes      map[string]int
-	local      [][]*resourceapi.ResourceSlice
-	localPools [][]memoPool
+	// nodes index local: each node's own slices, by name.
+	nodes map[string]int
+	local [][]*resourceapi.ResourceSlice
 	// global are the slices of the pools that may reach any node, by
 	// name, and globalPools those pools.
 	global      []*resourceapi.ResourceSlice
@@ -254,25 +252,16 @@ func (m *filterMemo) layoutOf(listed []*resourceapi.ResourceSlice, countersReach
 			n = len(l.local)
 			l.nodes[node] = n
 			l.local = append(l.local, nil)
-			l.localPools = append(l.localPools, nil)
 		}
 		l.local[n] = append(l.local[n], slice)
-		if !slices.Contains(l.localPools[n], pools[i]) {
-			l.localPools[n] = append(l.localPools[n], pools[i])
-		}
-	}
-	for pool, node := range owner {
-		if node == "" {
-			l.globalPools = append(l.globalPools, pool)
-		}
 	}
 	l.buckets = make(map[memoPool]int32, len(owner))
-	for n, pools := range l.localPools {
-		for _, pool := range pools {
+	for pool, node := range owner {
+		if n, ok := l.nodes[node]; ok {
 			l.buckets[pool] = int32(n)
+			continue
 		}
-	}
-	for _, pool := range l.globalPools {
+		l.globalPools = append(l.globalPools, pool)
 		l.buckets[pool] = int32(len(l.local))
 	}
 	m.layouts++
