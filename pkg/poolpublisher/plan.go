@@ -17,10 +17,16 @@ import (
 // for the minimum interval. So a pool that keeps changing is written about
 // once per delay, at its deadlines, close to the fewest writes that keep
 // every change within the delay (floorChange); a pool that changes after a
-// quiet spell is written a minimum interval after its changes settle, and
-// so are a quiet cluster's pools. (Until stop 53 a pool not written for
-// half the delay was quiet too: busy pools were then written twice as
-// often as their changes needed.) A pool that has no object yet is
+// quiet spell is written a minimum interval after its changes settle. Once
+// no pool at all has changed for the minimum interval (a burst placed, a
+// failover over), every pool is quiet, however lately it was written: a
+// cluster with nothing left to place has the budget to spare, and its
+// pools are written within seconds instead of at their deadlines. (Until
+// stop 53 a pool not written for half the delay was quiet too: busy pools
+// were then written twice as often as their changes needed. From stop 53
+// to stop 55 a pool written within the delay waited for its deadline even
+// on a settled cluster: the last placements of a failover were shown up to
+// 9.5s late.) A pool that has no object yet is
 // created at the pace of a budget of its own, so that the first
 // publication of many pools (a start, nodes joining) is spread out instead
 // of falling due together and pushing back the writes of changes.
@@ -42,6 +48,8 @@ type plan struct {
 	unwritten int
 	// latency is a moving average of how long a sync that wrote took.
 	latency time.Duration
+	// lastChange is when the latest change of any pool was seen.
+	lastChange time.Time
 }
 
 // poolPlan is what the plan knows of one pool.
@@ -93,6 +101,9 @@ func (p *plan) changed(id drausage.PoolID, at, seen time.Time) {
 	st := p.pool(id)
 	if seen.After(st.lastChange) {
 		st.lastChange = seen
+	}
+	if seen.After(p.lastChange) {
+		p.lastChange = seen
 	}
 	p.unwrittenFrom(st, at)
 }
@@ -220,21 +231,24 @@ func (p *plan) turnFor(st *poolPlan, now time.Time, exists bool) (turn, time.Dur
 		return pastBudget, 0
 	}
 	if quiet := p.quietFrom(st); now.Before(quiet) {
-		// Changed since it took a token, or written lately: a token it
-		// holds is kept for when it is quiet.
-		if due.Before(quiet) {
-			return 0, due.Sub(now)
+		// Written within the delay: early only once every pool has
+		// settled (a cluster with nothing left to place, as after a
+		// burst or a failover), and then like a quiet pool. While
+		// anything changes, its changes are those a write at its
+		// deadline shows anyway. A token it holds is kept meanwhile.
+		settled := p.lastChange.Add(p.minInterval)
+		if now.Before(settled) {
+			return 0, min(due.Sub(now), settled.Sub(now))
 		}
-		return 0, quiet.Sub(now)
 	}
 	return p.reserve(st, p.budget, now, due)
 }
 
-// quietFrom is when a pool may next be written early: at once if never
-// written; otherwise the delay after its last write or a minimum interval
-// after its last change, whichever comes last. A pool written within the
-// delay waits for its deadline: its changes since then are those a write
-// at the deadline shows anyway.
+// quietFrom is when a pool may next be written early while other pools
+// change: at once if never written; otherwise the delay after its last
+// write or a minimum interval after its last change, whichever comes last.
+// A pool written within the delay waits for its deadline: its changes since
+// then are those a write at the deadline shows anyway.
 func (p *plan) quietFrom(st *poolPlan) time.Time {
 	if st.lastWrite.IsZero() {
 		return time.Time{}

@@ -52,15 +52,15 @@ func TestPlanTurns(t *testing.T) {
 
 	// a changes 300ms after its write: within the minimum interval of
 	// the write it waits; then, written less than the delay ago, it is not
-	// quiet, and never goes early while it keeps changing: it is asked
-	// again every quarter of the delay.
+	// quiet, and never goes early while anything keeps changing: it is
+	// asked again when everything may have settled.
 	changedAt := now.Add(300 * time.Millisecond)
 	p.changed(a, changedAt, changedAt)
 	if d := p.decide(a, changedAt, true); d.wait != 700*time.Millisecond {
 		t.Errorf("a change within the minimum interval of the write: %+v, want to wait 700ms", d)
 	}
-	if d := p.decide(a, now.Add(second), true); d.wait != testMaxDelay/4 {
-		t.Errorf("after the minimum interval, written 1s ago: %+v, want to ask again in a quarter of the delay", d)
+	if d := p.decide(a, now.Add(second), true); d.wait != 300*time.Millisecond {
+		t.Errorf("after the minimum interval, written 1s ago: %+v, want to ask again when its change has settled, in 300ms", d)
 	}
 	for at := now.Add(second); at.Before(now.Add(5 * second)); at = at.Add(500 * time.Millisecond) {
 		p.changed(a, at, at)
@@ -68,13 +68,31 @@ func TestPlanTurns(t *testing.T) {
 			t.Fatalf("a pool changing every 500ms went early at %s: %+v", at.Sub(now), d)
 		}
 	}
-	// Quiet since 4.5s, not written for the whole delay and not yet due
-	// (its oldest change came 300ms after the write): early, with a token.
-	if d := p.decide(a, now.Add(testMaxDelay-time.Millisecond), true); d.wait <= 0 {
-		t.Errorf("just before the delay after its write: %+v, want to wait", d)
+	// Nothing has changed since 4.5s: a is written early, with a token,
+	// the minimum interval after, although it was written less than the
+	// delay ago. Its oldest change came 300ms after the write.
+	settled := now.Add(5500 * time.Millisecond)
+	if d := p.decide(a, settled.Add(-time.Millisecond), true); d.wait != time.Millisecond {
+		t.Errorf("just before everything settled: %+v, want to wait 1ms", d)
 	}
-	if d := p.decide(a, now.Add(testMaxDelay), true); d.turn != withinBudget || !d.since.Equal(changedAt) {
-		t.Errorf("the delay after its write, quiet and not yet due: %+v, want its change from %s taken up within the budget", d, changedAt.Sub(now))
+	if d := p.decide(a, settled, true); d.turn != withinBudget || !d.since.Equal(changedAt) {
+		t.Errorf("everything settled, a's change not yet due: %+v, want its change from %s taken up within the budget", d, changedAt.Sub(now))
+	}
+	p.wrote(a, settled, settled.Add(10*time.Millisecond))
+
+	// a changes once more and settles, but b keeps changing: a waits
+	// until it was written the delay ago, as on a busy cluster.
+	aChanged := settled.Add(500 * time.Millisecond)
+	p.changed(a, aChanged, aChanged)
+	quiet := settled.Add(testMaxDelay)
+	for at := aChanged.Add(second); at.Before(quiet); at = at.Add(500 * time.Millisecond) {
+		p.changed(b, at, at)
+		if d := p.decide(a, at, true); d.wait <= 0 {
+			t.Fatalf("a settled pool written %s ago went early at %s while another pool changes: %+v", at.Sub(settled), at.Sub(now), d)
+		}
+	}
+	if d := p.decide(a, quiet, true); d.turn != withinBudget || !d.since.Equal(aChanged) {
+		t.Errorf("the delay after its write, while another pool changes: %+v, want its change taken up within the budget", d)
 	}
 
 	// c waits for a token that the others hold; once its change is due it
@@ -357,6 +375,10 @@ func TestPlanWritesEveryChangeInTime(t *testing.T) {
 			}
 			slices.SortFunc(all, func(a, b change) int { return a.at.Compare(b.at) })
 			changes := len(all)
+			var lastChange time.Time
+			if changes > 0 {
+				lastChange = all[changes-1].at
+			}
 			for _, c := range all {
 				s.changes[c.pool] = append(s.changes[c.pool], c.at)
 			}
@@ -393,6 +415,13 @@ func TestPlanWritesEveryChangeInTime(t *testing.T) {
 			for i := range s.pools {
 				writes += len(s.writes[i])
 			}
+			// Once nothing changes any more, every pool goes early: within
+			// the minimum interval after the last change of all, plus the
+			// budget's time for every pool and the workers' for their
+			// writes, well before the deadlines.
+			settledBy := lastChange.Add(testMinInterval +
+				time.Duration(s.pools)*time.Second/time.Duration(perSecond) +
+				time.Duration(s.pools/s.workers+1)*s.latency)
 			t.Logf("%d pools, %d workers, %d writes/s, latency %s, horizon %s, %d changes, %d writes, floor %d", s.pools, s.workers, perSecond, s.latency, horizon, changes, writes, floor)
 			if writes < floor {
 				t.Errorf("%d writes wrote every change in time, fewer than the floor (%d): the floor is not one", writes, floor)
@@ -411,6 +440,10 @@ func TestPlanWritesEveryChangeInTime(t *testing.T) {
 					}
 					if delay := s.writtenAt[i][k].Sub(at); delay > testMaxDelay+s.latency {
 						t.Errorf("pool %d: change at %s written after %s, want within %s", i, at.Sub(start), delay, testMaxDelay+s.latency)
+					}
+					if k == len(s.changes[i])-1 && s.writtenAt[i][k].After(settledBy) {
+						t.Errorf("pool %d: its last change, at %s, written at %s, %s after the last change of all; want by %s, as nothing changed since",
+							i, at.Sub(start), s.writtenAt[i][k].Sub(start), s.writtenAt[i][k].Sub(lastChange), settledBy.Sub(lastChange))
 					}
 				}
 				for k := 1; k < len(s.writes[i]); k++ {
