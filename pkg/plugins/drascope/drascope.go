@@ -328,7 +328,11 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 		if w := pl.newWhatIf(first.view, claims); w != nil {
 			state.Write(whatIfStateKey, w)
 		}
-		if memo := pl.newMemoCycle(claims, nodes, first.view); memo != nil {
+		var candidates sets.Set[string]
+		if first.result != nil {
+			candidates = first.result.NodeNames
+		}
+		if memo := pl.newMemoCycle(claims, nodes, first.view, candidates); memo != nil {
 			state.Write(memoCycleKey, memo)
 		}
 		return first.result, nil
@@ -355,7 +359,7 @@ func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1
 			// preempt holders of lower priority): Filter may remember
 			// as for one it serves. Not for gang members, whose cycles
 			// steer and plan.
-			if memo := pl.newMemoCycle(claims, nodes, view); memo != nil {
+			if memo := pl.newMemoCycle(claims, nodes, view, nil); memo != nil {
 				state.Write(memoCycleKey, memo)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -71,6 +72,9 @@ type filterMemo struct {
 	deviceHashes map[structured.DeviceID]deviceHash
 	layout       *memoLayout
 	layouts      uint64
+	// listingFirst, for tests, hashes from the listing whenever the
+	// candidates are known, whatever it costs.
+	listingFirst bool
 }
 
 // deviceHash is a device's hash and where it counts in one layout: one
@@ -102,11 +106,54 @@ type memoLayout struct {
 	global      []*resourceapi.ResourceSlice
 	globalPools []memoPool
 	// generation tells layouts apart in the device hashes' cache;
-	// buckets are where a pool's devices count in inUseHashes: node n's
+	// buckets are where a pool's devices count in hashInUse: node n's
 	// own pools in n, the pools that may reach any node after the last
 	// node.
 	generation uint64
 	buckets    map[memoPool]int32
+	// devices counts the devices listed in each bucket, and listed holds
+	// them, each once, with their hashes, made when a cycle first hashes
+	// the bucket from its listing (hashInUse).
+	devices []int
+	listed  [][]listedDevice
+}
+
+// listedDevice is a device listed in a bucket's slices, with its hash.
+type listedDevice struct {
+	id  structured.DeviceID
+	sum uint64
+}
+
+// slicesOf are the slices of bucket b.
+func (l *memoLayout) slicesOf(b int) []*resourceapi.ResourceSlice {
+	if b == len(l.local) {
+		return l.global
+	}
+	return l.local[b]
+}
+
+// listedIn returns the devices listed in bucket b, each once: a device
+// listed twice (a malformed pool) would cancel out of the XOR.
+func (l *memoLayout) listedIn(b int) []listedDevice {
+	if l.listed[b] != nil {
+		return l.listed[b]
+	}
+	listed := make([]listedDevice, 0, l.devices[b])
+	seen := make(sets.Set[structured.DeviceID], l.devices[b])
+	for _, slice := range l.slicesOf(b) {
+		driver, pool := draapi.MakeUniqueString(slice.Spec.Driver), draapi.MakeUniqueString(slice.Spec.Pool.Name)
+		for i := range slice.Spec.Devices {
+			name := slice.Spec.Devices[i].Name
+			id := structured.DeviceID{Driver: driver, Pool: pool, Device: draapi.MakeUniqueString(name)}
+			if seen.Has(id) {
+				continue
+			}
+			seen.Insert(id)
+			listed = append(listed, listedDevice{id: id, sum: hashNames(slice.Spec.Driver, slice.Spec.Pool.Name, name)})
+		}
+	}
+	l.listed[b] = listed
+	return listed
 }
 
 // bucketOf is where pool's devices count, or -1 for a pool no listed
@@ -150,12 +197,10 @@ type memoCycle struct {
 	// allocator looks them up for each node.
 	classNames []string
 	classOf    func(name string) (*resourceapi.DeviceClass, error)
-	// layout is which slices reach which node; localInUse hashes the
-	// devices in use in each node's own pools (by the layout's index),
-	// globalInUse those in the pools that may reach any node.
-	layout      *memoLayout
-	localInUse  []uint64
-	globalInUse uint64
+	// layout is which slices reach which node; inUse hashes the devices
+	// in use by its buckets.
+	layout *memoLayout
+	inUse  bucketHashes
 
 	mu sync.Mutex
 	// answered are the nodes the memo accepted this cycle.
@@ -181,8 +226,9 @@ var memoSeed = maphash.MakeSeed()
 // PreFilter built its allocator from (where pruning first served it, the
 // allocator had the pools reaching the candidates, in BestFit's order:
 // for each node the view holds the same slices), or returns nil when the
-// memo cannot answer for it.
-func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo, view *cycleView) *memoCycle {
+// memo cannot answer for it. candidates are the nodes Filter will see,
+// nil for every node: the memo answers for those only.
+func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo, view *cycleView, candidates sets.Set[string]) *memoCycle {
 	if pl.filterMemo == nil || pl.features.EnableDRANodeAllocatableResources || view == nil {
 		return nil
 	}
@@ -209,7 +255,7 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo, view *
 
 	c.layout = pl.filterMemo.layoutOf(listed, pl.countersReachEveryNode)
 	pl.filterMemo.touch(c.shape, c.layout, nodes)
-	c.localInUse, c.globalInUse = pl.filterMemo.inUseHashes(seen.state, c.layout)
+	c.inUse = pl.filterMemo.hashInUse(seen.state, c.layout, candidates)
 	return c
 }
 
@@ -264,6 +310,13 @@ func (m *filterMemo) layoutOf(listed []*resourceapi.ResourceSlice, countersReach
 		l.globalPools = append(l.globalPools, pool)
 		l.buckets[pool] = int32(len(l.local))
 	}
+	l.devices = make([]int, len(l.local)+1)
+	l.listed = make([][]listedDevice, len(l.local)+1)
+	for b := range l.devices {
+		for _, slice := range l.slicesOf(b) {
+			l.devices[b] += len(slice.Spec.Devices)
+		}
+	}
 	m.layouts++
 	l.generation = m.layouts
 	// The listing's order is a map's; the allocator sorts slices by name.
@@ -310,30 +363,50 @@ func (m *filterMemo) touch(key string, layout *memoLayout, nodes []fwk.NodeInfo)
 	}
 }
 
-// inUseHashes hashes the devices in use, the shares in use and the
-// capacity consumed, by the layout's buckets (each node's own pools, and
-// the pools that may reach any node): the XOR of one hash per element, so
-// that the order of the sets does not matter.
-func (m *filterMemo) inUseHashes(state structured.AllocatedState, l *memoLayout) (local []uint64, global uint64) {
+// bucketHashes hash the devices in use by a layout's buckets: local by
+// node index, global for the pools that may reach any node. known says
+// which local buckets were hashed, nil when all were.
+type bucketHashes struct {
+	local  []uint64
+	known  []bool
+	global uint64
+}
+
+// hashInUse hashes the devices in use, the shares in use and the capacity
+// consumed, by the layout's buckets (each node's own pools, and the pools
+// that may reach any node): the XOR of one hash per element, so that the
+// order of the sets does not matter. With candidates (nil: every node) it
+// hashes only their buckets and the pools that reach any node, from
+// whichever side is shorter: every device in use, looked up by pool, or the
+// devices listed in those buckets, looked up in the in-use set. On a
+// nearly full cluster pruning leaves a few nodes, whose devices are a
+// tenth of those in use or less; on an empty one, few devices are in use.
+// Both sides give a bucket the same hash for the listed devices; a device
+// in use that no slice lists counts only from the in-use side, and the
+// allocator never reads it.
+func (m *filterMemo) hashInUse(state structured.AllocatedState, l *memoLayout, candidates sets.Set[string]) bucketHashes {
 	m.cacheMu.Lock()
 	defer m.cacheMu.Unlock()
-	if m.deviceHashes == nil || len(m.deviceHashes) > 2*len(state.AllocatedDevices)+1024 {
-		// Devices no longer in use go, now and then.
-		m.deviceHashes = make(map[structured.DeviceID]deviceHash, len(state.AllocatedDevices))
-	}
 	buckets := make([]uint64, len(l.local)+1)
-	for id := range state.AllocatedDevices {
-		h, ok := m.deviceHashes[id]
-		if !ok || h.layout != l.generation {
-			if !ok {
-				h.sum = hashNames(id.Driver.String(), id.Pool.String(), id.Device.String())
+	var known []bool
+	most := len(state.AllocatedDevices)
+	if m.listingFirst {
+		most = math.MaxInt
+	}
+	if hashed, ok := l.candidateBuckets(candidates, most); ok {
+		known = make([]bool, len(l.local))
+		for _, b := range append(hashed, len(l.local)) {
+			if b < len(known) {
+				known[b] = true
 			}
-			h.layout, h.bucket = l.generation, l.bucketOf(memoPool{id.Driver, id.Pool})
-			m.deviceHashes[id] = h
+			for _, device := range l.listedIn(b) {
+				if state.AllocatedDevices.Has(device.id) {
+					buckets[b] ^= device.sum
+				}
+			}
 		}
-		if h.bucket >= 0 {
-			buckets[h.bucket] ^= h.sum
-		}
+	} else {
+		m.hashEveryInUse(state.AllocatedDevices, l, buckets)
 	}
 	add := func(pool memoPool, sum uint64) {
 		if b := l.bucketOf(pool); b >= 0 {
@@ -350,7 +423,50 @@ func (m *filterMemo) inUseHashes(state structured.AllocatedState, l *memoLayout)
 			add(memoPool{id.Driver, id.Pool}, hashNames(id.Driver.String(), id.Pool.String(), id.Device.String(), "capacity", string(name), quantity.String()))
 		}
 	}
-	return buckets[:len(l.local)], buckets[len(l.local)]
+	return bucketHashes{local: buckets[:len(l.local)], known: known, global: buckets[len(l.local)]}
+}
+
+// candidateBuckets returns the local buckets of the candidates, when
+// hashing them and the pools that reach any node from their listing looks
+// up fewer devices than most, the devices in use.
+func (l *memoLayout) candidateBuckets(candidates sets.Set[string], most int) ([]int, bool) {
+	if candidates == nil {
+		return nil, false
+	}
+	cost := l.devices[len(l.local)]
+	var hashed []int
+	for name := range candidates {
+		if b, ok := l.nodes[name]; ok {
+			hashed = append(hashed, b)
+			cost += l.devices[b]
+		}
+		if cost >= most {
+			return nil, false
+		}
+	}
+	return hashed, true
+}
+
+// hashEveryInUse adds every device in inUse to its pool's bucket, with one
+// map access per device for its hash and bucket in the layout.
+func (m *filterMemo) hashEveryInUse(inUse sets.Set[structured.DeviceID], l *memoLayout, buckets []uint64) {
+	if m.deviceHashes == nil || len(m.deviceHashes) > 2*len(inUse)+1024 {
+		// Devices no longer in use go, now and then.
+		m.deviceHashes = make(map[structured.DeviceID]deviceHash, len(inUse))
+	}
+	for id := range inUse {
+		h, ok := m.deviceHashes[id]
+		if !ok || h.layout != l.generation {
+			if !ok {
+				h.sum = hashNames(id.Driver.String(), id.Pool.String(), id.Device.String())
+			}
+			h.layout, h.bucket = l.generation, l.bucketOf(memoPool{id.Driver, id.Pool})
+			m.deviceHashes[id] = h
+		}
+		if h.bucket >= 0 {
+			buckets[h.bucket] ^= h.sum
+		}
+	}
 }
 
 // hashNames is a seeded 64-bit hash of names. Not the index's hash of a
@@ -397,17 +513,27 @@ func (c *memoCycle) classesAre(want []*resourceapi.DeviceClass) bool {
 
 // entryFor is what this cycle's allocator reads for node, with classes.
 func (c *memoCycle) entryFor(node *v1.Node, classes []*resourceapi.DeviceClass) memoEntry {
-	entry := memoEntry{node: node, classes: classes, global: c.layout.global, inUse: c.globalInUse}
+	entry := memoEntry{node: node, classes: classes, global: c.layout.global, inUse: c.inUse.global}
 	if n, ok := c.layout.nodes[node.Name]; ok {
 		entry.local = c.layout.local[n]
-		entry.inUse ^= c.localInUse[n]
+		entry.inUse ^= c.inUse.local[n]
 	}
 	return entry
+}
+
+// hashed reports whether the devices in use in the node's own pools were
+// hashed this cycle: the memo answers for no other node.
+func (c *memoCycle) hashed(node string) bool {
+	n, ok := c.layout.nodes[node]
+	return !ok || c.inUse.known == nil || c.inUse.known[n]
 }
 
 // accepts reports whether upstream's Filter accepted the node before, with
 // what this cycle's allocator reads for it and the classes as they are now.
 func (c *memoCycle) accepts(node *v1.Node) bool {
+	if !c.hashed(node.Name) {
+		return false
+	}
 	c.memo.mu.RLock()
 	shape := c.memo.shape(c.shape)
 	var was memoEntry
@@ -431,6 +557,9 @@ func (c *memoCycle) accepts(node *v1.Node) bool {
 // accepted remembers that upstream's Filter accepted the node this cycle,
 // with classes.
 func (c *memoCycle) accepted(node *v1.Node, classes []*resourceapi.DeviceClass) {
+	if !c.hashed(node.Name) {
+		return
+	}
 	entry := c.entryFor(node, classes)
 	c.memo.mu.Lock()
 	defer c.memo.mu.Unlock()

@@ -45,17 +45,20 @@ import (
 // by upstream's Filter). The memo must have answered for some nodes, or
 // the test proves nothing.
 func TestFilterMemoAnswersAsUpstream(t *testing.T) {
-	for seed := range uint64(8) {
+	for seed := range uint64(12) {
 		// Odd seeds ask for admin access: every node's devices qualify,
-		// in use or not, and pruning first does not serve the pod.
-		adminAccess := seed%2 == 1
-		t.Run(fmt.Sprintf("seed-%d/admin-access=%t", seed, adminAccess), func(t *testing.T) {
-			testFilterMemo(t, seed, adminAccess)
+		// in use or not, and pruning first does not serve the pod. Even
+		// seeds from 4 on hash the devices in use from the candidates'
+		// listing whenever pruning leaves some nodes out (on this small
+		// cluster the in-use side is always the shorter).
+		adminAccess, listingFirst := seed%2 == 1, seed%2 == 0 && seed >= 4
+		t.Run(fmt.Sprintf("seed-%d/admin-access=%t/listing-first=%t", seed, adminAccess, listingFirst), func(t *testing.T) {
+			testFilterMemo(t, seed, adminAccess, listingFirst)
 		})
 	}
 }
 
-func testFilterMemo(t *testing.T, seed uint64, adminAccess bool) {
+func testFilterMemo(t *testing.T, seed uint64, adminAccess, listingFirst bool) {
 	const nodeCount, devices, steps = 8, 2, 60
 	random := rand.New(rand.NewPCG(seed, 7))
 	_, ctx := ktesting.NewTestContext(t)
@@ -142,7 +145,7 @@ func testFilterMemo(t *testing.T, seed uint64, adminAccess bool) {
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	upstream, manager, _, client := upstreamWithClient(ctx, t, objects, fts, nil)
 	index := nodeprune.NewIndex(nodeprune.IndexOptions{SharesApart: fts.EnableDRAConsumableCapacity})
-	pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(), index: index, filterMemo: &filterMemo{}, adminAccessEnabled: true}
+	pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(), index: index, filterMemo: &filterMemo{listingFirst: listingFirst}, adminAccessEnabled: true}
 
 	rv := 1
 	// held are the fill claims by pool and device.
@@ -188,7 +191,31 @@ func testFilterMemo(t *testing.T, seed uint64, adminAccess bool) {
 		devices, err := manager.SharedDRAManager.ResourceClaims().ListAllAllocatedDevices()
 		return err == nil && devices.Has(structured.MakeDeviceID(captureDriver, pool, device))
 	}
-	answered := 0
+	// hold allocates pool/device to a new claim.
+	hold := func(name, key string) {
+		pool, device, _ := strings.Cut(key, "/")
+		claim := captureClaim(name, pool, device)
+		claim.ResourceVersion = "1"
+		if _, err := client.ResourceV1().ResourceClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		held[key] = claim
+		index.SetClaim(claim)
+		waitFor("an allocation", func() bool {
+			_, err := manager.ResourceClaims().Get(claim.Namespace, claim.Name)
+			return err == nil && inUse(key)
+		})
+	}
+	if listingFirst {
+		// The pools that may reach several nodes start full, so that
+		// pruning leaves out the nodes whose own devices are held.
+		for _, pool := range pools[len(names):] {
+			for _, device := range devicesOf(pool) {
+				hold("start-"+pool+"-"+device, pool+"/"+device)
+			}
+		}
+	}
+	answered, fromListing := 0, 0
 	for step := range steps {
 		rv++
 		switch change := random.IntN(10); {
@@ -212,18 +239,7 @@ func testFilterMemo(t *testing.T, seed uint64, adminAccess bool) {
 				})
 				break
 			}
-			claim := captureClaim(fmt.Sprintf("fill-%d", step), pool, ds[random.IntN(len(ds))])
-			claim.Status.Allocation.Devices.Results[0].Device = key[len(pool)+1:]
-			claim.ResourceVersion = "1"
-			if _, err := client.ResourceV1().ResourceClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			held[key] = claim
-			index.SetClaim(claim)
-			waitFor("an allocation", func() bool {
-				_, err := manager.ResourceClaims().Get(claim.Namespace, claim.Name)
-				return err == nil && inUse(key)
-			})
+			hold(fmt.Sprintf("fill-%d", step), key)
 		case change < 7:
 			// A slice changes: new attributes, a device more or less.
 			pool := pools[random.IntN(len(pools))]
@@ -307,6 +323,9 @@ func testFilterMemo(t *testing.T, seed uint64, adminAccess bool) {
 		}
 		if memo := memoCycleIn(state); memo != nil {
 			answered += memo.answered.Len()
+			if memo.inUse.known != nil {
+				fromListing += memo.answered.Len()
+			}
 		}
 		if got.Len() > 0 {
 			node := sets.List(got)[random.IntN(got.Len())]
@@ -319,7 +338,10 @@ func testFilterMemo(t *testing.T, seed uint64, adminAccess bool) {
 	if answered == 0 {
 		t.Fatal("the filter memo never answered")
 	}
-	t.Logf("the filter memo answered for %d nodes over %d steps", answered, steps)
+	if listingFirst && fromListing == 0 {
+		t.Fatal("the filter memo never answered in a cycle hashed from the candidates' listing")
+	}
+	t.Logf("the filter memo answered for %d nodes over %d steps, %d in cycles hashed from the listing", answered, steps, fromListing)
 }
 
 // TestFilterMemoSkipsWhatItCannotAnswer: the memo answers every node in the
@@ -358,7 +380,7 @@ func TestFilterMemoSkipsWhatItCannotAnswer(t *testing.T) {
 	if !ok {
 		t.Fatal("the last cycle captured no allocator's inputs")
 	}
-	if newMemo := pl.newMemoCycle(&podClaims{toAllocate: []*resourceapi.ResourceClaim{claim}}, infos, &cycleView{seen: seen, slices: listed}); newMemo != nil {
+	if newMemo := pl.newMemoCycle(&podClaims{toAllocate: []*resourceapi.ResourceClaim{claim}}, infos, &cycleView{seen: seen, slices: listed}, nil); newMemo != nil {
 		t.Error("a prioritized list got a memo cycle")
 	}
 }
@@ -483,11 +505,11 @@ func TestInUseHashes(t *testing.T) {
 	own := &memoLayout{generation: 1, local: make([][]*resourceapi.ResourceSlice, 1), buckets: map[memoPool]int32{pool: 0}}
 	everyones := &memoLayout{generation: 2, local: make([][]*resourceapi.ResourceSlice, 2), buckets: map[memoPool]int32{pool: 2}}
 	hash := func(s structured.AllocatedState) uint64 {
-		local, global := memo.inUseHashes(s, own)
-		if global != 0 {
-			t.Errorf("a node's own pool counted for every node: %x", global)
+		h := memo.hashInUse(s, own, nil)
+		if h.global != 0 {
+			t.Errorf("a node's own pool counted for every node: %x", h.global)
 		}
-		return local[0]
+		return h.local[0]
 	}
 	base, share, other, capacity := hash(state("", "")), hash(state("a", "")), hash(state("b", "")), hash(state("", "1Gi"))
 	if base == share || share == other || base == capacity || capacity == hash(state("", "2Gi")) {
@@ -498,10 +520,82 @@ func TestInUseHashes(t *testing.T) {
 	}
 	// The device's hash is cached with its place in the first layout:
 	// in another layout it counts where that one puts its pool.
-	if local, global := memo.inUseHashes(state("", ""), everyones); local[0] != 0 || local[1] != 0 || global != base {
-		t.Errorf("in a layout where the pool reaches every node: local %x, global %x; want global %x", local, global, base)
+	if h := memo.hashInUse(state("", ""), everyones, nil); h.local[0] != 0 || h.local[1] != 0 || h.global != base {
+		t.Errorf("in a layout where the pool reaches every node: local %x, global %x; want global %x", h.local, h.global, base)
 	}
-	if local, _ := memo.inUseHashes(state("", ""), own); local[0] != base {
-		t.Errorf("back in the first layout: %x, want %x", local[0], base)
+	if h := memo.hashInUse(state("", ""), own, nil); h.local[0] != base {
+		t.Errorf("back in the first layout: %x, want %x", h.local[0], base)
+	}
+}
+
+// TestHashInUseFromTheListing: hashed from the candidates' listed devices
+// (pruning kept a few nodes of a nearly full cluster), each candidate's
+// bucket and the pools that reach any node hash as from the devices in
+// use; the other nodes are not hashed, and the memo answers nothing for
+// them; a device listed twice in a pool counts once; and where the
+// candidates list more devices than are in use, the in-use side is taken.
+func TestHashInUseFromTheListing(t *testing.T) {
+	random := rand.New(rand.NewPCG(7, 11))
+	var listed []*resourceapi.ResourceSlice
+	for n := range 20 {
+		listed = append(listed, captureSlice(fmt.Sprintf("node-%d", n), 10))
+	}
+	// node-3's pool lists gpu-0 again, in a second slice.
+	again := captureSlice("node-3", 1)
+	again.Name = "node-3-again"
+	listed = append(listed, again)
+	network := captureSlice("network", 4)
+	network.Spec.NodeName, network.Spec.AllNodes = nil, ptr.To(true)
+	listed = append(listed, network)
+
+	inUse := sets.New[structured.DeviceID]()
+	for _, slice := range listed {
+		for _, device := range slice.Spec.Devices {
+			if random.IntN(10) > 0 {
+				inUse.Insert(structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, device.Name))
+			}
+		}
+	}
+	// In use, listed by no slice.
+	inUse.Insert(structured.MakeDeviceID(captureDriver, "node-4", "gpu-99"))
+	state := structured.AllocatedState{AllocatedDevices: inUse}
+
+	memo := &filterMemo{}
+	l := memo.layoutOf(listed, false)
+	everyNode := memo.hashInUse(state, l, nil)
+	if everyNode.known != nil {
+		t.Fatal("without candidates: not every bucket hashed")
+	}
+	candidates := sets.New("node-3", "node-5", "gone")
+	few := memo.hashInUse(state, l, candidates)
+	if few.known == nil {
+		t.Fatalf("3 candidates, %d devices in use: hashed from the in-use side", inUse.Len())
+	}
+	if few.global != everyNode.global {
+		t.Errorf("the pool reaching every node: %x from the listing, %x from the devices in use", few.global, everyNode.global)
+	}
+	for node, b := range l.nodes {
+		switch {
+		case candidates.Has(node) && (!few.known[b] || few.local[b] != everyNode.local[b]):
+			t.Errorf("candidate %s: hashed %v, %x from the listing, %x from the devices in use", node, few.known[b], few.local[b], everyNode.local[b])
+		case !candidates.Has(node) && few.known[b]:
+			t.Errorf("%s, no candidate: hashed", node)
+		}
+	}
+	c := &memoCycle{memo: memo, layout: l, inUse: few}
+	if c.hashed("node-4") || !c.hashed("node-5") || !c.hashed("no-pool-of-its-own") {
+		t.Errorf("hashed: node-4 %v, node-5 %v, a node without a pool %v; want false, true, true", c.hashed("node-4"), c.hashed("node-5"), c.hashed("no-pool-of-its-own"))
+	}
+	c.accepted(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-4"}}, nil)
+	if len(memo.shapes) != 0 {
+		t.Error("an acceptance remembered for a node whose pool was not hashed")
+	}
+
+	many := sets.New[string]()
+	for n := range 20 {
+		many.Insert(fmt.Sprintf("node-%d", n))
+	}
+	if h := memo.hashInUse(state, l, many); h.known != nil {
+		t.Errorf("every node a candidate, more devices listed (%d) than in use (%d): hashed from the listing", l.devices[len(l.local)]+200, inUse.Len())
 	}
 }
