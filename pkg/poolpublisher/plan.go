@@ -50,6 +50,11 @@ type plan struct {
 	latency time.Duration
 	// lastChange is when the latest change of any pool was seen.
 	lastChange time.Time
+	// settling are the pools that wait only for every pool to settle
+	// (turnFor): one wake, when the cluster settles, asks them all again,
+	// rather than each asking every minimum interval while anything
+	// changes.
+	settling map[drausage.PoolID]struct{}
 }
 
 // poolPlan is what the plan knows of one pool.
@@ -83,6 +88,7 @@ func newPlan(minInterval, maxDelay time.Duration, workers int, budget, creations
 		budget:      budget,
 		creations:   creations,
 		pools:       map[drausage.PoolID]*poolPlan{},
+		settling:    map[drausage.PoolID]struct{}{},
 	}
 }
 
@@ -202,7 +208,12 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
 	if st.since.IsZero() {
 		return decision{}
 	}
-	tn, wait := p.turnFor(st, now, exists)
+	tn, wait, settling := p.turnFor(st, now, exists)
+	if settling {
+		p.settling[id] = struct{}{}
+	} else {
+		delete(p.settling, id)
+	}
 	if wait > 0 {
 		if exists {
 			// Asked again at least every quarter of the delay: the
@@ -219,29 +230,63 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
 }
 
 // turnFor is the turn of a pool with an unwritten change, or how long it
-// waits for one.
-func (p *plan) turnFor(st *poolPlan, now time.Time, exists bool) (turn, time.Duration) {
+// waits for one; settling says that it may go early once every pool has
+// settled (see wakeSettled), which the wait does not count.
+func (p *plan) turnFor(st *poolPlan, now time.Time, exists bool) (tn turn, wait time.Duration, settling bool) {
 	if !exists {
-		return p.reserve(st, p.creations, now, time.Time{})
+		tn, wait = p.reserve(st, p.creations, now, time.Time{})
+		return tn, wait, false
 	}
 	due := p.deadline(st.since)
 	if !now.Before(due) {
 		// A token it holds is not needed.
 		st.tokenAt = time.Time{}
-		return pastBudget, 0
+		return pastBudget, 0, false
 	}
-	if quiet := p.quietFrom(st); now.Before(quiet) {
+	if quiet := p.quietFrom(st); now.Before(quiet) && now.Before(p.settledFrom()) {
 		// Written within the delay: early only once every pool has
 		// settled (a cluster with nothing left to place, as after a
-		// burst or a failover), and then like a quiet pool. While
-		// anything changes, its changes are those a write at its
-		// deadline shows anyway. A token it holds is kept meanwhile.
-		settled := p.lastChange.Add(p.minInterval)
-		if now.Before(settled) {
-			return 0, min(due.Sub(now), settled.Sub(now))
-		}
+		// burst or a failover), and then like a quiet pool; or once it
+		// is quiet itself. While anything changes, its changes are
+		// those a write at its deadline shows anyway. A token it holds
+		// is kept meanwhile.
+		return 0, min(due.Sub(now), quiet.Sub(now)), true
 	}
-	return p.reserve(st, p.budget, now, due)
+	tn, wait = p.reserve(st, p.budget, now, due)
+	return tn, wait, false
+}
+
+// settledFrom is when every pool will have settled, if none changes
+// before: the minimum interval after the latest change of any.
+func (p *plan) settledFrom() time.Time {
+	return p.lastChange.Add(p.minInterval)
+}
+
+// settleCheckIn says whether pools wait for every pool to settle, and in
+// how long it may have.
+func (p *plan) settleCheckIn(now time.Time) (time.Duration, bool) {
+	if len(p.settling) == 0 {
+		return 0, false
+	}
+	return max(p.settledFrom().Sub(now), 0), true
+}
+
+// wakeSettled returns the pools waiting for every pool to settle, and
+// forgets them, once it has; until then, how long until it may have
+// (zero, with no pools, when none waits).
+func (p *plan) wakeSettled(now time.Time) (ids []drausage.PoolID, wait time.Duration) {
+	if len(p.settling) == 0 {
+		return nil, 0
+	}
+	if settled := p.settledFrom(); now.Before(settled) {
+		return nil, settled.Sub(now)
+	}
+	ids = make([]drausage.PoolID, 0, len(p.settling))
+	for id := range p.settling {
+		ids = append(ids, id)
+	}
+	clear(p.settling)
+	return ids, 0
 }
 
 // quietFrom is when a pool may next be written early while other pools
@@ -318,5 +363,6 @@ func (p *plan) wrote(id drausage.PoolID, start, end time.Time) {
 func (p *plan) forget(id drausage.PoolID) {
 	if st := p.pools[id]; st != nil && st.since.IsZero() && st.tokenAt.IsZero() && st.writing.IsZero() {
 		delete(p.pools, id)
+		delete(p.settling, id)
 	}
 }

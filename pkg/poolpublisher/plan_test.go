@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,8 +60,11 @@ func TestPlanTurns(t *testing.T) {
 	if d := p.decide(a, changedAt, true); d.wait != 700*time.Millisecond {
 		t.Errorf("a change within the minimum interval of the write: %+v, want to wait 700ms", d)
 	}
-	if d := p.decide(a, now.Add(second), true); d.wait != 300*time.Millisecond {
-		t.Errorf("after the minimum interval, written 1s ago: %+v, want to ask again when its change has settled, in 300ms", d)
+	if d := p.decide(a, now.Add(second), true); d.wait != testMaxDelay/4 {
+		t.Errorf("after the minimum interval, written 1s ago: %+v, want to wait for the settle check, and ask again in a quarter of the delay at the latest", d)
+	}
+	if in, ok := p.settleCheckIn(now.Add(second)); !ok || in != 300*time.Millisecond {
+		t.Errorf("settle check in %s (%t), want in 300ms, when a's change has settled", in, ok)
 	}
 	for at := now.Add(second); at.Before(now.Add(5 * second)); at = at.Add(500 * time.Millisecond) {
 		p.changed(a, at, at)
@@ -72,8 +76,17 @@ func TestPlanTurns(t *testing.T) {
 	// the minimum interval after, although it was written less than the
 	// delay ago. Its oldest change came 300ms after the write.
 	settled := now.Add(5500 * time.Millisecond)
-	if d := p.decide(a, settled.Add(-time.Millisecond), true); d.wait != time.Millisecond {
-		t.Errorf("just before everything settled: %+v, want to wait 1ms", d)
+	if d := p.decide(a, settled.Add(-time.Millisecond), true); d.wait <= 0 {
+		t.Errorf("just before everything settled: %+v, want to wait", d)
+	}
+	if ids, wait := p.wakeSettled(settled.Add(-time.Millisecond)); ids != nil || wait != time.Millisecond {
+		t.Errorf("settle check just before everything settled: %v, %s; want none woken, the next check in 1ms", ids, wait)
+	}
+	if ids, wait := p.wakeSettled(settled); !slices.Equal(ids, []drausage.PoolID{a}) || wait != 0 {
+		t.Errorf("settle check when everything settled: %v, %s; want a woken", ids, wait)
+	}
+	if _, ok := p.settleCheckIn(settled); ok {
+		t.Errorf("a settle check asked for after the pools waiting for it were woken")
 	}
 	if d := p.decide(a, settled, true); d.turn != withinBudget || !d.since.Equal(changedAt) {
 		t.Errorf("everything settled, a's change not yet due: %+v, want its change from %s taken up within the budget", d, changedAt.Sub(now))
@@ -87,8 +100,12 @@ func TestPlanTurns(t *testing.T) {
 	quiet := settled.Add(testMaxDelay)
 	for at := aChanged.Add(second); at.Before(quiet); at = at.Add(500 * time.Millisecond) {
 		p.changed(b, at, at)
-		if d := p.decide(a, at, true); d.wait <= 0 {
+		d := p.decide(a, at, true)
+		if d.wait <= 0 {
 			t.Fatalf("a settled pool written %s ago went early at %s while another pool changes: %+v", at.Sub(settled), at.Sub(now), d)
+		}
+		if d.wait > quiet.Sub(at) {
+			t.Fatalf("at %s: %+v, want to be asked again by the delay after its write, %s", at.Sub(now), d, quiet.Sub(now))
 		}
 	}
 	if d := p.decide(a, quiet, true); d.turn != withinBudget || !d.since.Equal(aChanged) {
@@ -156,6 +173,11 @@ type simulation struct {
 	waiting map[int]time.Time
 	syncing map[int]time.Time // pool: when its sync ends
 	dirty   map[int]bool
+	// asks counts the plan's decisions.
+	asks int
+	// settleAt is when the check that every pool settled is queued
+	// (zero: it is not).
+	settleAt time.Time
 }
 
 func (s *simulation) add(i int) {
@@ -202,14 +224,32 @@ func (s *simulation) step() {
 		delete(s.waiting, i)
 		s.add(i)
 	}
+	// The settle check, as processNext runs it.
+	if !s.settleAt.IsZero() && !s.settleAt.After(s.now) {
+		s.settleAt = time.Time{}
+		ids, wait := s.plan.wakeSettled(s.now)
+		if wait > 0 {
+			s.settleAt = s.now.Add(wait)
+		}
+		slices.SortFunc(ids, func(a, b drausage.PoolID) int { return strings.Compare(a.Pool, b.Pool) })
+		for _, id := range ids {
+			var i int
+			fmt.Sscanf(id.Pool, "node-%d", &i)
+			s.add(i)
+		}
+	}
 	// Free workers take ready pools.
 	for len(s.syncing) < s.workers && len(s.ready) > 0 {
 		i := s.ready[0]
 		s.ready = s.ready[1:]
 		delete(s.queued, i)
 		d := s.plan.decide(testPool(i), s.now, s.exists[i])
+		s.asks++
 		if d.wait > 0 {
 			s.addAfter(i, d.wait)
+			if in, ok := s.plan.settleCheckIn(s.now); ok && (s.settleAt.IsZero() || s.now.Add(in).Before(s.settleAt)) {
+				s.settleAt = s.now.Add(in)
+			}
 			continue
 		}
 		if s.written[i] == len(s.changes[i]) || !d.pending {
@@ -248,6 +288,9 @@ func (s *simulation) next(changeAt time.Time, more bool) (time.Time, bool) {
 	}
 	for _, w := range s.waiting {
 		consider(w)
+	}
+	if !s.settleAt.IsZero() {
+		consider(s.settleAt)
 	}
 	if len(s.ready) > 0 && len(s.syncing) < s.workers {
 		consider(s.now)
@@ -314,9 +357,9 @@ func TestPlanWriteFloor(t *testing.T) {
 func TestPlanWritesEveryChangeInTime(t *testing.T) {
 	// Over all seeds: one seed may need more (a burst that a deadline cut
 	// in two), the publisher as a whole must not.
-	totalWrites, totalFloor := 0, 0
+	totalWrites, totalFloor, totalAsks := 0, 0, 0
 	defer func() {
-		t.Logf("%d writes, floor %d", totalWrites, totalFloor)
+		t.Logf("%d writes, floor %d, %d asks", totalWrites, totalFloor, totalAsks)
 		if !t.Failed() && float64(totalWrites) > 1.4*float64(totalFloor) {
 			t.Errorf("%d writes in all, %.2f times the floor (%d): want at most 1.4 times", totalWrites, float64(totalWrites)/float64(totalFloor), totalFloor)
 		}
@@ -427,6 +470,7 @@ func TestPlanWritesEveryChangeInTime(t *testing.T) {
 				t.Errorf("%d writes wrote every change in time, fewer than the floor (%d): the floor is not one", writes, floor)
 			}
 			totalWrites += writes
+			totalAsks += s.asks
 			totalFloor += floor
 			for i := range s.pools {
 				if s.written[i] != len(s.changes[i]) {

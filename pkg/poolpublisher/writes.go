@@ -28,15 +28,24 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 		return false
 	}
 	defer t.queue.Done(id)
+	if id == settleCheck {
+		p.wakeSettled(t)
+		return true
+	}
 
 	existing, _ := p.current(t, id)
 	start := p.clock.Now()
 	p.mu.Lock()
 	d := t.plan.decide(id, start, existing != nil)
+	settleIn, settling := t.plan.settleCheckIn(start)
 	p.mu.Unlock()
 	if d.wait > 0 {
 		// The pool waits in the queue, not in a worker.
 		t.queue.AddAfter(id, d.wait)
+		if settling {
+			// The queue keeps the earliest of the checks asked for.
+			t.queue.AddAfter(settleCheck, settleIn)
+		}
 		return true
 	}
 	syncCtx := ctx
@@ -95,6 +104,25 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	}
 	t.queue.Forget(id)
 	return true
+}
+
+// settleCheck is the queue's key for the check that every pool has
+// settled; no pool has an empty driver name.
+var settleCheck = drausage.PoolID{}
+
+// wakeSettled queues the pools that wait for every pool to settle, once it
+// has; until then it checks again when it may have.
+func (p *Publisher) wakeSettled(t *term) {
+	p.mu.Lock()
+	ids, wait := t.plan.wakeSettled(p.clock.Now())
+	p.mu.Unlock()
+	if wait > 0 {
+		t.queue.AddAfter(settleCheck, wait)
+		return
+	}
+	for _, id := range ids {
+		t.queue.Add(id)
+	}
 }
 
 // crdServed says whether ResourcePools are served, after a write found

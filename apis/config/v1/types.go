@@ -107,9 +107,10 @@ type PoolStatusArgs struct {
 	// MinPublishInterval is the least time between two writes of one
 	// ResourcePool, for any reason (a repair after a hand edit too);
 	// changes in between are coalesced into the next write. A pool is
-	// written early (before its deadline) only once it has not changed for
-	// this long and was not written for maxPublishDelay. Default 1s; must
-	// be positive.
+	// written early (before its deadline) once it has not changed for this
+	// long and either was not written for maxPublishDelay or no pool has
+	// changed for this long (the cluster has settled, as after a burst or
+	// a failover). Default 1s; must be positive.
 	// +optional
 	MinPublishInterval *metav1.Duration `json:"minPublishInterval,omitempty"`
 	// MaxWritesPerSecond is the budget of early writes: writes of quiet

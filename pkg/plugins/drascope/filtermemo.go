@@ -436,15 +436,17 @@ func (l *memoLayout) candidateBuckets(candidates sets.Set[string], most int) ([]
 	cost := l.devices[len(l.local)]
 	var hashed []int
 	for name := range candidates {
+		if cost >= most {
+			return nil, false
+		}
 		if b, ok := l.nodes[name]; ok {
 			hashed = append(hashed, b)
 			cost += l.devices[b]
 		}
-		if cost >= most {
-			return nil, false
-		}
 	}
-	return hashed, true
+	// The pools that reach any node alone may list more devices than are
+	// in use (few candidates, or none that the layout knows).
+	return hashed, cost < most
 }
 
 // hashEveryInUse adds every device in inUse to its pool's bucket, with one

@@ -533,7 +533,8 @@ func TestInUseHashes(t *testing.T) {
 // bucket and the pools that reach any node hash as from the devices in
 // use; the other nodes are not hashed, and the memo answers nothing for
 // them; a device listed twice in a pool counts once; and where the
-// candidates list more devices than are in use, the in-use side is taken.
+// candidates, or the pools reaching any node alone, list more devices than
+// are in use, the in-use side is taken.
 func TestHashInUseFromTheListing(t *testing.T) {
 	random := rand.New(rand.NewPCG(7, 11))
 	var listed []*resourceapi.ResourceSlice
@@ -597,5 +598,13 @@ func TestHashInUseFromTheListing(t *testing.T) {
 	}
 	if h := memo.hashInUse(state, l, many); h.known != nil {
 		t.Errorf("every node a candidate, more devices listed (%d) than in use (%d): hashed from the listing", l.devices[len(l.local)]+200, inUse.Len())
+	}
+	// No candidate the layout knows, and fewer devices in use than the
+	// pool reaching every node lists.
+	two := sets.New(structured.MakeDeviceID(captureDriver, "node-1", "gpu-0"), structured.MakeDeviceID(captureDriver, "node-2", "gpu-0"))
+	for _, none := range []sets.Set[string]{sets.New[string](), sets.New("gone")} {
+		if h := memo.hashInUse(structured.AllocatedState{AllocatedDevices: two}, l, none); h.known != nil {
+			t.Errorf("candidates %v, 2 devices in use, %d listed by the pool reaching every node: hashed from the listing", sets.List(none), l.devices[len(l.local)])
+		}
 	}
 }
