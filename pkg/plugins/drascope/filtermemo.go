@@ -132,6 +132,25 @@ func (l *memoLayout) slicesOf(b int) []*resourceapi.ResourceSlice {
 	return l.local[b]
 }
 
+// reaching returns the slices of the pools that may reach any node and
+// those of the candidates' own pools.
+func (l *memoLayout) reaching(candidates sets.Set[string]) []*resourceapi.ResourceSlice {
+	n := len(l.global)
+	for name := range candidates {
+		if b, ok := l.nodes[name]; ok {
+			n += len(l.local[b])
+		}
+	}
+	result := make([]*resourceapi.ResourceSlice, 0, n)
+	result = append(result, l.global...)
+	for name := range candidates {
+		if b, ok := l.nodes[name]; ok {
+			result = append(result, l.local[b]...)
+		}
+	}
+	return result
+}
+
 // listedIn returns the devices listed in bucket b, each once: a device
 // listed twice (a malformed pool) would cancel out of the XOR.
 func (l *memoLayout) listedIn(b int) []listedDevice {

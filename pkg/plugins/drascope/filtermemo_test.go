@@ -608,3 +608,71 @@ func TestHashInUseFromTheListing(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolsReachingFromTheLayout: the layout serves every slice
+// nodeprune.PoolsReaching serves for the candidates, and more only of
+// pools whose slices name different nodes, on random listings of
+// node-local, multi-slice, spanning, every-node, selected and per-device
+// pools, some with shared counters.
+func TestPoolsReachingFromTheLayout(t *testing.T) {
+	for seed := uint64(1); seed <= 50; seed++ {
+		random := rand.New(rand.NewPCG(seed, 3))
+		nodes := 1 + random.IntN(30)
+		node := func() string { return fmt.Sprintf("node-%d", random.IntN(nodes)) }
+		var listed []*resourceapi.ResourceSlice
+		spanning := sets.New[string]()
+		for p := range 1 + random.IntN(60) {
+			pool := fmt.Sprintf("pool-%d", p)
+			count := 1 + random.IntN(3)
+			kind := random.IntN(6)
+			at := node()
+			for i := range count {
+				slice := captureSlice(at, 2)
+				slice.Name = fmt.Sprintf("%s-%d", pool, i)
+				slice.Spec.Pool = resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: int64(count)}
+				switch kind {
+				case 1:
+					if i > 0 {
+						if other := node(); other != at {
+							slice.Spec.NodeName = ptr.To(other)
+							spanning.Insert(pool)
+						}
+					}
+				case 2:
+					slice.Spec.NodeName, slice.Spec.AllNodes = nil, ptr.To(true)
+				case 3:
+					slice.Spec.NodeName, slice.Spec.NodeSelector = nil, &v1.NodeSelector{}
+				case 4:
+					slice.Spec.NodeName, slice.Spec.PerDeviceNodeSelection = nil, ptr.To(true)
+				case 5:
+					slice.Spec.SharedCounters = []resourceapi.CounterSet{{Name: "memory"}}
+				}
+				listed = append(listed, slice)
+			}
+		}
+		random.Shuffle(len(listed), func(i, j int) { listed[i], listed[j] = listed[j], listed[i] })
+		candidates := sets.New[string]()
+		for range random.IntN(nodes + 1) {
+			candidates.Insert(node())
+		}
+		candidates.Insert("no-slice-names-it")
+		for _, everywhere := range []bool{false, true} {
+			memo := &filterMemo{}
+			got := sets.New(memo.layoutOf(listed, everywhere).reaching(candidates)...)
+			want := sets.New(nodeprune.PoolsReaching(listed, candidates, everywhere)...)
+			if len(got) != len(memo.layoutOf(listed, everywhere).reaching(candidates)) {
+				t.Errorf("seed %d: a slice served twice", seed)
+			}
+			for slice := range want {
+				if !got.Has(slice) {
+					t.Errorf("seed %d, counters everywhere %v: %s reaches a candidate and is not served", seed, everywhere, slice.Name)
+				}
+			}
+			for slice := range got {
+				if !want.Has(slice) && !spanning.Has(slice.Spec.Pool.Name) {
+					t.Errorf("seed %d, counters everywhere %v: %s served, and reaches no candidate", seed, everywhere, slice.Name)
+				}
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -26,7 +27,7 @@ import (
 //   - Otherwise upstream's PreFilter runs on the same view (servedView):
 //     the in-use set gathered here, not a second copy of the tracker's,
 //     and, when pruning left some nodes out, only the slices of the pools
-//     that reach a candidate (nodeprune.PoolsReaching), so that its
+//     that reach a candidate (poolsReaching), so that its
 //     allocator is set up over the candidates instead of every node.
 //     Filter runs on the candidates only, where that allocator answers as
 //     one over every slice.
@@ -79,9 +80,27 @@ func (pl *DRAScope) pruneFirst(ctx context.Context, state fwk.CycleState, pod *v
 	metrics.ObserveEarlyRefusal(metrics.EarlyRefusalPassed)
 	served := &servedView{seen: view.seen, slices: view.slices}
 	if !result.AllNodes() {
-		served.slices = nodeprune.PoolsReaching(view.slices, result.NodeNames, pl.countersReachEveryNode)
+		served.slices = pl.poolsReaching(view.slices, result.NodeNames)
 	}
 	return &prunedFirst{view: view, result: result, served: served}, nil
+}
+
+// poolsReaching returns the slices of the pools that reach a candidate
+// (nodeprune.PoolsReaching). With the filter memo, it reads them from the
+// memo's layout of the listing, which is kept from cycle to cycle: the
+// pools that may reach any node and the candidates' own, without a pass
+// over every slice and its pool's name each cycle. The layout counts a pool
+// whose slices name different nodes among those that may reach any node,
+// so such a pool is served whichever nodes are candidates: more than
+// PoolsReaching serves, which the allocator reads only for the nodes those
+// slices name. The order differs from the listing's, which is a map's:
+// upstream's allocators read a pool's slices in name order (incubating) or
+// in the order given, and the layout holds each bucket's by name.
+func (pl *DRAScope) poolsReaching(listed []*resourceapi.ResourceSlice, candidates sets.Set[string]) []*resourceapi.ResourceSlice {
+	if pl.filterMemo == nil {
+		return nodeprune.PoolsReaching(listed, candidates, pl.countersReachEveryNode)
+	}
+	return pl.filterMemo.layoutOf(listed, pl.countersReachEveryNode).reaching(candidates)
 }
 
 // prunedFirst is what pruneFirst gathered and decided.
