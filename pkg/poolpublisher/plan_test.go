@@ -180,6 +180,9 @@ type simulation struct {
 	settleAt time.Time
 }
 
+// settleCheckItem is the settle check's place in the simulation's queue.
+const settleCheckItem = -1
+
 func (s *simulation) add(i int) {
 	if _, busy := s.syncing[i]; busy {
 		s.dirty[i] = true
@@ -224,25 +227,31 @@ func (s *simulation) step() {
 		delete(s.waiting, i)
 		s.add(i)
 	}
-	// The settle check, as processNext runs it.
+	// The settle check, a queue item of its own (settleCheck), queued
+	// behind the pools ready before it.
 	if !s.settleAt.IsZero() && !s.settleAt.After(s.now) {
 		s.settleAt = time.Time{}
-		ids, wait := s.plan.wakeSettled(s.now)
-		if wait > 0 {
-			s.settleAt = s.now.Add(wait)
-		}
-		slices.SortFunc(ids, func(a, b drausage.PoolID) int { return strings.Compare(a.Pool, b.Pool) })
-		for _, id := range ids {
-			var i int
-			fmt.Sscanf(id.Pool, "node-%d", &i)
-			s.add(i)
-		}
+		s.add(settleCheckItem)
 	}
 	// Free workers take ready pools.
 	for len(s.syncing) < s.workers && len(s.ready) > 0 {
 		i := s.ready[0]
 		s.ready = s.ready[1:]
 		delete(s.queued, i)
+		if i == settleCheckItem {
+			// As processNext runs it: a worker for a moment.
+			ids, wait := s.plan.wakeSettled(s.now)
+			if wait > 0 {
+				s.settleAt = s.now.Add(wait)
+			}
+			slices.SortFunc(ids, func(a, b drausage.PoolID) int { return strings.Compare(a.Pool, b.Pool) })
+			for _, id := range ids {
+				var n int
+				fmt.Sscanf(id.Pool, "node-%d", &n)
+				s.add(n)
+			}
+			continue
+		}
 		d := s.plan.decide(testPool(i), s.now, s.exists[i])
 		s.asks++
 		if d.wait > 0 {

@@ -612,8 +612,9 @@ func TestHashInUseFromTheListing(t *testing.T) {
 // TestPoolsReachingFromTheLayout: the layout serves every slice
 // nodeprune.PoolsReaching serves for the candidates, and more only of
 // pools whose slices name different nodes, on random listings of
-// node-local, multi-slice, spanning, every-node, selected and per-device
-// pools, some with shared counters.
+// node-local, multi-slice, spanning, every-node, selected, per-device and
+// empty-node-name pools, some with shared counters, some incomplete or
+// with two generations listed.
 func TestPoolsReachingFromTheLayout(t *testing.T) {
 	for seed := uint64(1); seed <= 50; seed++ {
 		random := rand.New(rand.NewPCG(seed, 3))
@@ -624,12 +625,15 @@ func TestPoolsReachingFromTheLayout(t *testing.T) {
 		for p := range 1 + random.IntN(60) {
 			pool := fmt.Sprintf("pool-%d", p)
 			count := 1 + random.IntN(3)
-			kind := random.IntN(6)
+			// Some pools are incomplete (a slice not yet listed), some
+			// being replaced (two generations listed).
+			sliceCount := int64(count + random.IntN(2))
+			kind := random.IntN(7)
 			at := node()
 			for i := range count {
 				slice := captureSlice(at, 2)
 				slice.Name = fmt.Sprintf("%s-%d", pool, i)
-				slice.Spec.Pool = resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: int64(count)}
+				slice.Spec.Pool = resourceapi.ResourcePool{Name: pool, Generation: 1 + int64(random.IntN(2)), ResourceSliceCount: sliceCount}
 				switch kind {
 				case 1:
 					if i > 0 {
@@ -646,6 +650,8 @@ func TestPoolsReachingFromTheLayout(t *testing.T) {
 					slice.Spec.NodeName, slice.Spec.PerDeviceNodeSelection = nil, ptr.To(true)
 				case 5:
 					slice.Spec.SharedCounters = []resourceapi.CounterSet{{Name: "memory"}}
+				case 6:
+					slice.Spec.NodeName = ptr.To("")
 				}
 				listed = append(listed, slice)
 			}
