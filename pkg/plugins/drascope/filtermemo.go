@@ -251,7 +251,7 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo, view *
 	if pl.filterMemo == nil || pl.features.EnableDRANodeAllocatableResources || view == nil {
 		return nil
 	}
-	seen, listed := view.seen, view.slices
+	seen := view.seen
 	c := &memoCycle{memo: pl.filterMemo}
 	var shape []byte
 	var classNames []string
@@ -272,10 +272,19 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo, view *
 	}
 	c.shape, c.classNames, c.classOf = string(shape), classNames, pl.deviceClass
 
-	c.layout = pl.filterMemo.layoutOf(listed, pl.countersReachEveryNode)
+	c.layout = pl.layoutOf(view)
 	pl.filterMemo.touch(c.shape, c.layout, nodes)
 	c.inUse = pl.filterMemo.hashInUse(seen.state, c.layout, candidates)
 	return c
+}
+
+// layoutOf returns the layout of the view's slices, laid out once a cycle:
+// finding the last cycle's layout looks up every listed slice.
+func (pl *DRAScope) layoutOf(view *cycleView) *memoLayout {
+	if view.layout == nil {
+		view.layout = pl.filterMemo.layoutOf(view.slices, pl.countersReachEveryNode)
+	}
+	return view.layout
 }
 
 // layoutOf returns the layout of the listed slices: the last one's when

@@ -94,6 +94,9 @@ func (pl *DRAScope) deviceClass(name string) (*resourceapi.DeviceClass, error) {
 type cycleView struct {
 	seen   *inUseSeen
 	slices []*resourceapi.ResourceSlice
+	// layout is the filter memo's layout of slices, once laid out this
+	// cycle (layoutOf): the served pools and the memo read the same one.
+	layout *memoLayout
 }
 
 // takeCycleView returns what upstream's allocator was built from, for the

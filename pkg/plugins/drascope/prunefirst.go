@@ -80,7 +80,7 @@ func (pl *DRAScope) pruneFirst(ctx context.Context, state fwk.CycleState, pod *v
 	metrics.ObserveEarlyRefusal(metrics.EarlyRefusalPassed)
 	served := &servedView{seen: view.seen, slices: view.slices}
 	if !result.AllNodes() {
-		served.slices = pl.poolsReaching(view.slices, result.NodeNames)
+		served.slices = pl.poolsReaching(view, result.NodeNames)
 	}
 	return &prunedFirst{view: view, result: result, served: served}, nil
 }
@@ -96,11 +96,11 @@ func (pl *DRAScope) pruneFirst(ctx context.Context, state fwk.CycleState, pod *v
 // slices name. The order differs from the listing's, which is a map's:
 // upstream's allocators read a pool's slices in name order (incubating) or
 // in the order given, and the layout holds each bucket's by name.
-func (pl *DRAScope) poolsReaching(listed []*resourceapi.ResourceSlice, candidates sets.Set[string]) []*resourceapi.ResourceSlice {
+func (pl *DRAScope) poolsReaching(view *cycleView, candidates sets.Set[string]) []*resourceapi.ResourceSlice {
 	if pl.filterMemo == nil {
-		return nodeprune.PoolsReaching(listed, candidates, pl.countersReachEveryNode)
+		return nodeprune.PoolsReaching(view.slices, candidates, pl.countersReachEveryNode)
 	}
-	return pl.filterMemo.layoutOf(listed, pl.countersReachEveryNode).reaching(candidates)
+	return pl.layoutOf(view).reaching(candidates)
 }
 
 // prunedFirst is what pruneFirst gathered and decided.
