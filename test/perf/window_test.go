@@ -185,7 +185,9 @@ func (w *writeWindow) totals() windowTotals {
 }
 
 // measuredNamespace is the namespace of the test case's op that collects
-// metrics: its pods are the measured ones. "" when none names one.
+// metrics, a createPods with collectMetrics or the first namespace of a
+// startCollectingMetrics: its pods are the measured ones. "" when none
+// names one.
 func measuredNamespace(testCase map[string]any) string {
 	ops, _ := testCase["workloadTemplate"].([]any)
 	for _, op := range ops {
@@ -193,6 +195,13 @@ func measuredNamespace(testCase map[string]any) string {
 		if collect, _ := m["collectMetrics"].(bool); collect {
 			ns, _ := m["namespace"].(string)
 			return ns
+		}
+		if m["opcode"] == "startCollectingMetrics" {
+			namespaces, _ := m["namespaces"].([]any)
+			if len(namespaces) > 0 {
+				ns, _ := namespaces[0].(string)
+				return ns
+			}
 		}
 	}
 	return ""
