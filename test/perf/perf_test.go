@@ -55,6 +55,8 @@ var variants = []variant{
 
 // scoringVariants run besides those in test cases labelled "scoring":
 // DRAScope's configuration with each packing strategy (docs/scoring.md).
+// In those test cases every variant, upstream's too, runs with
+// percentageOfNodesToScore: 100 (configFor).
 var scoringVariants = []variant{
 	{name: results.DRAScopeMostAllocated, schedulerConfig: "config/drascope.yaml", strategy: "MostAllocated"},
 	{name: results.DRAScopeLeastAllocated, schedulerConfig: "config/drascope.yaml", strategy: "LeastAllocated"},
@@ -757,7 +759,8 @@ func registry() frameworkruntime.Registry {
 type unit struct {
 	testCase string
 	workload string
-	// scoring: the test case compares scoring strategies too.
+	// scoring: the test case compares scoring strategies too, and every
+	// variant scores every feasible node.
 	scoring bool
 	// preQueueingHints: the workload runs with SchedulerPreQueueingHints
 	// on too.
@@ -807,12 +810,24 @@ func (u unit) configFor(dir string, v variant) (string, error) {
 		}
 		tc["featureGates"] = gates
 	}
-	if v.strategy != "" || v.deviceChoice != "" || v.noPublish {
+	if v.strategy != "" || v.deviceChoice != "" || v.noPublish || u.scoring {
 		data, err := os.ReadFile(v.schedulerConfig)
 		if err != nil {
 			return "", err
 		}
 		schedulerConfig := string(data)
+		if u.scoring {
+			// A comparison of packing must let every scheduler see the
+			// fullest node: above 100 nodes the default adaptive
+			// percentageOfNodesToScore scores only a sample of the
+			// feasible ones (docs/scoring.md, "Sampled scoring on big
+			// clusters").
+			const kind = "kind: KubeSchedulerConfiguration\n"
+			if !strings.Contains(schedulerConfig, kind) {
+				return "", fmt.Errorf("%s: no %q to add percentageOfNodesToScore after", v.schedulerConfig, strings.TrimSpace(kind))
+			}
+			schedulerConfig = strings.Replace(schedulerConfig, kind, kind+"percentageOfNodesToScore: 100\n", 1)
+		}
 		if v.strategy != "" {
 			const args = "    args:\n"
 			if !strings.Contains(schedulerConfig, args) {
