@@ -98,7 +98,7 @@ type variant struct {
 
 // pairs is how often each workload runs per variant. One pair is what `make
 // perf` runs; more show how much of a difference is noise (docs/perf.md).
-var pairs = flag.Int("perf-pairs", 1, "run each selected workload this many times with each scheduler, rotating the order of the schedulers; the report gives the median pair")
+var pairs = flag.Int("perf-pairs", 1, "run each selected workload this many times with each scheduler, the second of every two pairs in the reverse order of the first (use an even number); the report gives the median pair")
 
 // onlyVariants narrows the variants a workload runs with, so that a
 // comparison of two of them (say DRAScope's FirstFit and BestFit) does not
@@ -116,10 +116,10 @@ func TestMain(m *testing.M) {
 }
 
 // BenchmarkPerfScheduling runs each workload selected by
-// -perf-scheduling-label-filter once per variant (-perf-pairs times),
-// rotating the order of the variants from one workload to the next and from
-// one pair to the next, so that none always runs on a warm machine or in
-// the same place among the others.
+// -perf-scheduling-label-filter once per variant (-perf-pairs times), in
+// the order results.RunOrder gives: over an even number of pairs each
+// variant runs before every other one as often as after it, and the first
+// place passes from one variant to the next.
 // Each run writes scheduler_perf's JSON into -data-items-dir, and a line into
 // results.IndexFile there naming it.
 func BenchmarkPerfScheduling(b *testing.B) {
@@ -159,10 +159,7 @@ func BenchmarkPerfScheduling(b *testing.B) {
 					chosen = append(chosen, v.name)
 				}
 			}
-			// Rotated, not reversed: with three variants a reversal
-			// keeps the middle one in the middle of every pair.
-			k := (i + pair + 1) % len(order)
-			order = append(order[k:len(order):len(order)], order[:k]...)
+			order = results.RunOrder(order, i, pair)
 			b.Run(u.testCase+"_"+u.workload, func(b *testing.B) {
 				for position, v := range order {
 					b.Run(v.name, func(b *testing.B) {
