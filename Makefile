@@ -112,13 +112,15 @@ test-integration: build tools $(BIN)/promtool $(BIN)/helm ## Integration tests o
 #
 # PERF_WORKLOADS narrows a run to the workloads whose sub-benchmark name
 # (TestCase_workload) matches, as go test -bench does; PERF_FLAGS passes
-# harness flags, e.g. -perf-pairs=5 to run each workload five times with each
-# scheduler. For instance, the noise study of docs/perf.md:
+# harness flags, e.g. -perf-pairs=4 to run each workload four times with each
+# scheduler; an even number runs each scheduler first as often as second. For
+# instance, the noise study of docs/perf.md (five pairs, before the order was
+# balanced):
 #   make perf PERF_WORKLOADS=SchedulingWithResourceClaimTemplate_2000pods_200nodes PERF_FLAGS=-perf-pairs=5 PERF_OUT=_output/perf-pairs
 # -perf-variants=drascope,drascope-bestfit runs only the variants named (the
 # report then has no upstream column for those workloads), e.g. BestFit
 # against FirstFit at scale:
-#   make perf-scale PERF_WORKLOADS=SteadyStateAtScale_nearlyfull_2000nodes PERF_FLAGS='-perf-pairs=3 -perf-variants=drascope,drascope-bestfit'
+#   make perf-scale PERF_WORKLOADS=SteadyStateAtScale_nearlyfull_2000nodes PERF_FLAGS='-perf-pairs=2 -perf-variants=drascope,drascope-bestfit'
 # Every run writes a CPU profile of its measured phase (-perf-cpuprofile):
 # the report's scheduler CPU per pod is read from it.
 PERF_OUT     ?= $(CURDIR)/_output/perf

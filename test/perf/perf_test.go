@@ -119,7 +119,7 @@ func TestMain(m *testing.M) {
 // -perf-scheduling-label-filter once per variant (-perf-pairs times), in
 // the order results.RunOrder gives: over an even number of pairs each
 // variant runs before every other one as often as after it, and the first
-// place passes from one variant to the next.
+// place changes between workloads and between twos of pairs.
 // Each run writes scheduler_perf's JSON into -data-items-dir, and a line into
 // results.IndexFile there naming it.
 func BenchmarkPerfScheduling(b *testing.B) {
@@ -819,9 +819,12 @@ func (u unit) configFor(dir string, v variant) (string, error) {
 			// percentageOfNodesToScore scores only a sample of the
 			// feasible ones (docs/scoring.md, "Sampled scoring on big
 			// clusters").
-			const kind = "kind: KubeSchedulerConfiguration\n"
+			const kind = "\nkind: KubeSchedulerConfiguration\n"
+			if strings.Contains(schedulerConfig, "percentageOfNodesToScore") {
+				return "", fmt.Errorf("%s sets percentageOfNodesToScore; the harness sets it to 100 in test cases labelled scoring", v.schedulerConfig)
+			}
 			if !strings.Contains(schedulerConfig, kind) {
-				return "", fmt.Errorf("%s: no %q to add percentageOfNodesToScore after", v.schedulerConfig, strings.TrimSpace(kind))
+				return "", fmt.Errorf("%s: no top-level %q line to add percentageOfNodesToScore after", v.schedulerConfig, strings.TrimSpace(kind))
 			}
 			schedulerConfig = strings.Replace(schedulerConfig, kind, kind+"percentageOfNodesToScore: 100\n", 1)
 		}

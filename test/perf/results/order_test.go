@@ -7,12 +7,16 @@ import (
 )
 
 func TestRunOrderBalancesEveryTwoPairs(t *testing.T) {
-	for n := 1; n <= 5; n++ {
+	// Up to eight: the most variants one workload runs with.
+	for n := 1; n <= 8; n++ {
 		variants := make([]string, n)
 		for i := range variants {
 			variants[i] = fmt.Sprint("v", i)
 		}
-		for unit := range 3 {
+		for unit := range 2*n + 1 {
+			if first := RunOrder(variants, unit, 1)[0]; first != variants[unit%n] {
+				t.Errorf("%d variants, unit %d: the first pair starts with %s, want %s: workloads should not all start alike", n, unit, first, variants[unit%n])
+			}
 			// before[a][b]: how often a ran before b.
 			before := map[string]map[string]int{}
 			places := map[string]map[int]int{}
@@ -53,9 +57,15 @@ func TestRunOrderBalancesEveryTwoPairs(t *testing.T) {
 }
 
 func TestRunOrderLeavesItsArgumentAlone(t *testing.T) {
-	variants := []string{"a", "b", "c"}
-	RunOrder(variants, 1, 2)
-	if !slices.Equal(variants, []string{"a", "b", "c"}) {
-		t.Errorf("RunOrder changed its argument to %v", variants)
+	// With room to spare behind it too, where an append could write.
+	roomy := make([]string, 3, 8)
+	copy(roomy, []string{"a", "b", "c"})
+	for _, variants := range [][]string{{"a", "b", "c"}, roomy} {
+		for pair := 1; pair <= 4; pair++ {
+			RunOrder(variants, 1, pair)
+		}
+		if !slices.Equal(variants, []string{"a", "b", "c"}) || !slices.Equal(variants[:cap(variants)][3:], make([]string, cap(variants)-3)) {
+			t.Errorf("RunOrder changed its argument to %v (capacity %d: %v)", variants, cap(variants), variants[:cap(variants)])
+		}
 	}
 }

@@ -318,6 +318,12 @@ type Row struct {
 	DRAScopeFirst bool
 	// Ratios are every pair's ratios, lowest first.
 	Ratios []float64
+	// GeoMean is the geometric mean of Ratios (NaN if one is not a
+	// number). Over an even number of pairs the harness runs each
+	// scheduler first as often as second (RunOrder), and the median pair
+	// of an even number is the lower middle one, likely one with DRAScope
+	// first; the mean weighs both orders alike.
+	GeoMean float64
 }
 
 // Compare pairs the runs of each workload, in the order they ran. Pairs that
@@ -390,9 +396,12 @@ func Compare(runs []Run) ([]Row, error) {
 			return complete[i].Ratio < complete[j].Ratio || math.IsNaN(complete[i].Ratio) && !math.IsNaN(complete[j].Ratio)
 		})
 		row := complete[(len(complete)-1)/2]
+		logSum := 0.0
 		for _, c := range complete {
 			row.Ratios = append(row.Ratios, c.Ratio)
+			logSum += math.Log(c.Ratio)
 		}
+		row.GeoMean = math.Exp(logSum / float64(len(complete)))
 		rows = append(rows, row)
 	}
 	sort.Slice(rows, func(i, j int) bool { return workloads[rows[i].Workload].order < workloads[rows[j].Workload].order })
@@ -401,8 +410,8 @@ func Compare(runs []Run) ([]Row, error) {
 }
 
 // WriteMarkdown prints the rows as the two tables of docs/perf.md. A
-// workload run in several pairs shows its median pair, and the range of the
-// ratios beside the median. Without rows (-perf-variants left upstream
+// workload run in several pairs shows its median pair, and the range and
+// geometric mean of the ratios beside the median. Without rows (-perf-variants left upstream
 // out) it prints nothing.
 func WriteMarkdown(w io.Writer, rows []Row) error {
 	if len(rows) == 0 {
@@ -418,7 +427,7 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 		}
 		ratio := num(r.Ratio, 3)
 		if len(r.Ratios) > 1 {
-			ratio = fmt.Sprintf("%s (%d pairs: %s–%s)", ratio, len(r.Ratios), num(r.Ratios[0], 3), num(r.Ratios[len(r.Ratios)-1], 3))
+			ratio = fmt.Sprintf("%s (%d pairs: %s–%s; geometric mean %s)", ratio, len(r.Ratios), num(r.Ratios[0], 3), num(r.Ratios[len(r.Ratios)-1], 3), num(r.GeoMean, 3))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Workload,
 			throughput(r.Upstream.Throughput), throughput(r.DRAScope.Throughput), ratio, first)
