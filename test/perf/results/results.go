@@ -391,8 +391,13 @@ func Compare(runs []Run) ([]Row, error) {
 		if len(complete) == 0 {
 			continue
 		}
-		// NaN ratios (no throughput measured) sort first.
-		sort.Slice(complete, func(i, j int) bool {
+		// By pair first, so that equal ratios, and NaN ones (no
+		// throughput measured), keep the order of their pairs rather than
+		// the map's: the median pair of a row without figures is the same
+		// from one report to the next.
+		sort.Slice(complete, func(i, j int) bool { return complete[i].Upstream.Pair < complete[j].Upstream.Pair })
+		// NaN ratios sort first.
+		sort.SliceStable(complete, func(i, j int) bool {
 			return complete[i].Ratio < complete[j].Ratio || math.IsNaN(complete[i].Ratio) && !math.IsNaN(complete[j].Ratio)
 		})
 		row := complete[(len(complete)-1)/2]

@@ -439,3 +439,29 @@ func TestWritePruning(t *testing.T) {
 		t.Errorf("nothing pruned: %q, %v; want nothing", b.String(), err)
 	}
 }
+
+// A workload whose runs measured no throughput (too short for a sample) has
+// only NaN ratios; its median pair must not depend on map order.
+func TestCompareMedianPairWithoutFigures(t *testing.T) {
+	nan := Quantiles{math.NaN(), math.NaN(), math.NaN(), math.NaN()}
+	var runs []Run
+	for pair := 1; pair <= 3; pair++ {
+		// DRAScope runs first in pair 2 only.
+		up, ds := 1, 2
+		if pair == 2 {
+			up, ds = 2, 1
+		}
+		runs = append(runs,
+			Run{IndexEntry: IndexEntry{TestCase: "T", Workload: "short", Variant: Upstream, Pair: pair, Position: up}, Throughput: nan},
+			Run{IndexEntry: IndexEntry{TestCase: "T", Workload: "short", Variant: DRAScope, Pair: pair, Position: ds}, Throughput: nan})
+	}
+	for range 20 {
+		rows, err := Compare(runs)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("Compare = %+v, %v; want one row", rows, err)
+		}
+		if r := rows[0]; r.DRAScope.Pair != 2 || !r.DRAScopeFirst {
+			t.Fatalf("median pair %d (DRAScope first: %v), want pair 2, the middle one", r.DRAScope.Pair, r.DRAScopeFirst)
+		}
+	}
+}
