@@ -819,28 +819,24 @@ func (u unit) configFor(dir string, v variant) (string, error) {
 			// percentageOfNodesToScore scores only a sample of the
 			// feasible ones (docs/scoring.md, "Sampled scoring on big
 			// clusters").
-			const kind = "\nkind: KubeSchedulerConfiguration\n"
 			if strings.Contains(schedulerConfig, "percentageOfNodesToScore") {
 				return "", fmt.Errorf("%s sets percentageOfNodesToScore; the harness sets it to 100 in test cases labelled scoring", v.schedulerConfig)
 			}
-			if !strings.Contains(schedulerConfig, kind) {
-				return "", fmt.Errorf("%s: no top-level %q line to add percentageOfNodesToScore after", v.schedulerConfig, strings.TrimSpace(kind))
+			const kind = "\nkind: KubeSchedulerConfiguration\n"
+			if schedulerConfig, err = insertAfter(schedulerConfig, v.schedulerConfig, kind, "percentageOfNodesToScore: 100\n"); err != nil {
+				return "", err
 			}
-			schedulerConfig = strings.Replace(schedulerConfig, kind, kind+"percentageOfNodesToScore: 100\n", 1)
 		}
+		const args = "    args:\n"
 		if v.strategy != "" {
-			const args = "    args:\n"
-			if !strings.Contains(schedulerConfig, args) {
-				return "", fmt.Errorf("%s: no DRAScope args to add scoring.strategy to", v.schedulerConfig)
+			if schedulerConfig, err = insertAfter(schedulerConfig, v.schedulerConfig, args, "      scoring:\n        strategy: "+v.strategy+"\n"); err != nil {
+				return "", err
 			}
-			schedulerConfig = strings.Replace(schedulerConfig, args, args+"      scoring:\n        strategy: "+v.strategy+"\n", 1)
 		}
 		if v.deviceChoice != "" {
-			const args = "    args:\n"
-			if !strings.Contains(schedulerConfig, args) {
-				return "", fmt.Errorf("%s: no DRAScope args to add deviceChoice to", v.schedulerConfig)
+			if schedulerConfig, err = insertAfter(schedulerConfig, v.schedulerConfig, args, "      deviceChoice: "+v.deviceChoice+"\n"); err != nil {
+				return "", err
 			}
-			schedulerConfig = strings.Replace(schedulerConfig, args, args+"      deviceChoice: "+v.deviceChoice+"\n", 1)
 		}
 		if v.noPublish {
 			const publishing = "publishResourcePools: true"
@@ -861,6 +857,16 @@ func (u unit) configFor(dir string, v variant) (string, error) {
 	}
 	path := filepath.Join(dir, configFile)
 	return path, os.WriteFile(path, data, 0o644)
+}
+
+// insertAfter adds text after the first anchor of a scheduler
+// configuration read from path. A variant is a small edit of a checked-in
+// file; one whose anchor is gone must fail the run, not run unedited.
+func insertAfter(config, path, anchor, text string) (string, error) {
+	if !strings.Contains(config, anchor) {
+		return "", fmt.Errorf("%s: no %q to add %q after", path, strings.TrimSpace(anchor), strings.TrimSpace(text))
+	}
+	return strings.Replace(config, anchor, anchor+text, 1), nil
 }
 
 // selectWorkloads lists the workloads of a scheduler_perf config that the

@@ -5,6 +5,7 @@ package results
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -391,14 +392,15 @@ func Compare(runs []Run) ([]Row, error) {
 		if len(complete) == 0 {
 			continue
 		}
-		// By pair first, so that equal ratios, and NaN ones (no
-		// throughput measured), keep the order of their pairs rather than
-		// the map's: the median pair of a row without figures is the same
-		// from one report to the next.
-		sort.Slice(complete, func(i, j int) bool { return complete[i].Upstream.Pair < complete[j].Upstream.Pair })
-		// NaN ratios sort first.
-		sort.SliceStable(complete, func(i, j int) bool {
-			return complete[i].Ratio < complete[j].Ratio || math.IsNaN(complete[i].Ratio) && !math.IsNaN(complete[j].Ratio)
+		// By ratio, NaN ones (no throughput measured) first; equal ratios,
+		// NaN ones too, by pair rather than in the map's order, so that the
+		// median pair of a row without figures is the same from one report
+		// to the next.
+		slices.SortFunc(complete, func(a, b Row) int {
+			if c := cmp.Compare(a.Ratio, b.Ratio); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Upstream.Pair, b.Upstream.Pair)
 		})
 		row := complete[(len(complete)-1)/2]
 		logSum := 0.0
