@@ -33,6 +33,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/clock"
 )
 
 // Options configure a control plane.
@@ -277,47 +279,77 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 	}); err != nil {
 		return fmt.Errorf("kube-apiserver wrote no serving certificate: %w%s", err, seeLog(apiserver.Log))
 	}
-	client, err := kubernetes.NewForConfig(cp.Admin)
+	client, err := readyzClient(cp.Admin)
 	if err != nil {
 		return err
 	}
-	return waitReady(ctx, client, apiserver, 2*time.Minute)
+	return waitReady(ctx, client, apiserver, 2*time.Minute, clock.RealClock{})
 }
 
 // readyzRequestTimeout bounds one /readyz request (a variable for the test).
 var readyzRequestTimeout = 10 * time.Second
 
-// waitReady polls /readyz until it answers 200. Each request has its own
-// deadline, so that one the starting server accepts but never answers
-// cannot use up the whole wait; when the wait ends, the error says what
-// the last answer was and ends with the log's last lines, since the sandbox
-// removes the directory they are in.
-func waitReady(ctx context.Context, client kubernetes.Interface, apiserver *Process, timeout time.Duration) error {
-	last := "no answer yet"
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+// readyzInterval is the pause between two /readyz requests.
+const readyzInterval = 200 * time.Millisecond
+
+// readyzClient asks /readyz without a client-side rate limiter: the default
+// limiter refuses to wait near the end of the wait ("rate: Wait(n=1) would
+// exceed context deadline"), and that refusal would replace the server's
+// last answer, which is what a person needs to read.
+func readyzClient(config *rest.Config) (rest.Interface, error) {
+	config = rest.CopyConfig(config)
+	config.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	return client.Discovery().RESTClient(), nil
+}
+
+// waitReady polls /readyz until it answers 200, for timeout as clk counts
+// it. Each request has its own deadline, so that one the starting server
+// accepts but never answers cannot use up the whole wait. When the wait
+// ends, the error says what the server last answered (the last client error
+// only when it never answered) and ends with the log's last lines, since
+// the sandbox removes the directory they are in.
+func waitReady(ctx context.Context, client rest.Interface, apiserver *Process, timeout time.Duration, clk clock.Clock) error {
+	deadline := clk.Now().Add(timeout)
+	answer, lastErr := "", "no answer yet"
+	for {
 		select {
 		case <-apiserver.Done():
-			return false, fmt.Errorf("kube-apiserver exited (%v)%s", apiserver.Err(), seeLog(apiserver.Log))
+			return fmt.Errorf("kube-apiserver exited (%v)%s", apiserver.Err(), seeLog(apiserver.Log))
 		default:
 		}
 		requestCtx, cancel := context.WithTimeout(ctx, readyzRequestTimeout)
-		defer cancel()
 		status := 0
-		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").Do(requestCtx).StatusCode(&status).Raw()
+		body, err := client.Get().AbsPath("/readyz").Param("verbose", "true").Do(requestCtx).StatusCode(&status).Raw()
+		cancel()
 		switch {
 		case status == http.StatusOK:
-			return true, nil
+			return nil
 		case status != 0:
-			last = fmt.Sprintf("HTTP %d: %s", status, failedChecks(body))
+			answer = fmt.Sprintf("HTTP %d: %s", status, failedChecks(body))
 		case err != nil:
-			last = err.Error()
+			lastErr = err.Error()
 		}
-		return false, nil
-	})
-	if wait.Interrupted(err) && ctx.Err() == nil {
-		return fmt.Errorf("kube-apiserver was not ready within %s (last /readyz: %s)%s", timeout, last, seeLog(apiserver.Log))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !clk.Now().Before(deadline) {
+			last := answer
+			if last == "" {
+				last = lastErr
+			}
+			return fmt.Errorf("kube-apiserver was not ready within %s (last /readyz: %s)%s", timeout, last, seeLog(apiserver.Log))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-apiserver.Done():
+		case <-clk.After(readyzInterval):
+		}
 	}
-	return err
 }
 
 // failedChecks keeps the lines of a verbose /readyz answer that name a
