@@ -5,6 +5,7 @@ package deviceclass
 
 import (
 	"context"
+	"regexp"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
@@ -38,4 +39,22 @@ func Accepts(ctx context.Context, class *resourceapi.DeviceClass, driver string,
 		}
 	}
 	return true
+}
+
+// driverOnly matches a selector that names the driver and nothing else,
+// as most DeviceClasses do.
+var driverOnly = regexp.MustCompile(`^\s*device\.driver\s*==\s*"([^"\\]+)"\s*$`)
+
+// Driver is the driver a class's devices must be of, when one of its
+// selectors is exactly device.driver == "X" (selectors are ANDed).
+func Driver(class *resourceapi.DeviceClass) (string, bool) {
+	for _, selector := range class.Spec.Selectors {
+		if selector.CEL == nil {
+			continue
+		}
+		if m := driverOnly.FindStringSubmatch(selector.CEL.Expression); m != nil {
+			return m[1], true
+		}
+	}
+	return "", false
 }

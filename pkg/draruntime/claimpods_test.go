@@ -145,3 +145,27 @@ func listCounts(s *metricsSource, cluster map[string]*v1.Pod) (pending, bySchedu
 	}
 	return pending, byScheduler
 }
+
+// A thousand pending claims naming device classes that do not exist make
+// one series, not a thousand: the apiserver does not check the name, and
+// the label's values are the classes an administrator created, and one
+// more.
+func TestPendingPodsOfUnknownClassesShareOneSeries(t *testing.T) {
+	s, claimIndex := testSource(t, []string{"drascope-scheduler"}, "gpu")
+	handlers := informerevents.Handlers(s.pods.set, s.pods.remove)
+	for i := range 1000 {
+		name := fmt.Sprintf("pod-%d", i)
+		if err := claimIndex.Add(claimOf(name, fmt.Sprintf("x-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		handlers.OnAdd(&v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)},
+			Spec:       v1.PodSpec{SchedulerName: "drascope-scheduler", ResourceClaims: []v1.PodResourceClaim{{Name: "dev", ResourceClaimName: ptr.To(name)}}},
+			Status:     v1.PodStatus{Phase: v1.PodPending},
+		}, false)
+	}
+	want := map[string]int{"gpu": 0, unknownClass: 1000}
+	if got := s.PendingPodsByDeviceClass(); !maps.Equal(got, want) {
+		t.Errorf("pending by class has %d series; want %v", len(got), want)
+	}
+}

@@ -42,12 +42,18 @@ func (s *metricsSource) Publishing() (enabled, publishing bool, oldestUnwritten 
 	return true, publishing, oldestUnwritten
 }
 
+// unknownClass is the series of pending pods whose claims name a device
+// class that does not exist: the apiserver does not check the name, and a
+// series per name a tenant wrote would grow without bound.
+const unknownClass = "(unknown)"
+
 // PendingPodsByDeviceClass counts the pods of this scheduler's DRAScope
 // profiles that are not bound, not being deleted, and have a claim still to
 // allocate, by each device class those claims ask for (a pod once per
 // class; a prioritized list counts by its first choice). Every DeviceClass
 // has a count, zero when no pod waits for it, so that an alert sees 0 rather
-// than no series.
+// than no series; classes that do not exist count as unknownClass, so the
+// series are the classes an administrator created, and one more.
 func (s *metricsSource) PendingPodsByDeviceClass() map[string]int {
 	profiles := s.r.profileNames()
 	counts := map[string]int{}
@@ -56,6 +62,7 @@ func (s *metricsSource) PendingPodsByDeviceClass() map[string]int {
 			counts[class.Name] = 0
 		}
 	}
+	exists := func(class string) bool { _, ok := counts[class]; return ok }
 	for _, pod := range s.pods.unboundPods() {
 		if !profiles.Has(pod.Spec.SchedulerName) {
 			continue
@@ -71,6 +78,9 @@ func (s *metricsSource) PendingPodsByDeviceClass() map[string]int {
 				continue
 			}
 			for _, class := range requestedClasses(claim) {
+				if !exists(class) {
+					class = unknownClass
+				}
 				classes[class] = true
 			}
 		}

@@ -2,6 +2,7 @@ package drausage
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -23,6 +24,10 @@ func (b *byteSource) next(n int) int {
 	return v
 }
 
+// sliceCounts are the resourceSliceCounts fuzzInput chooses from: small
+// ones, and counts the API accepts that no int32 holds.
+var sliceCounts = []int64{0, 1, 2, 3, math.MaxInt32, math.MaxInt32 + 1, math.MaxInt64}
+
 // fuzzInput builds slices and claims from data. Names come from tiny
 // alphabets so that duplicates, conflicts and shared counters are common.
 func fuzzInput(data []byte) ([]*resourceapi.ResourceSlice, []*resourceapi.ResourceClaim, Options) {
@@ -33,7 +38,7 @@ func fuzzInput(data []byte) ([]*resourceapi.ResourceSlice, []*resourceapi.Resour
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("slice-%d", i)},
 			Spec: resourceapi.ResourceSliceSpec{
 				Driver: fmt.Sprintf("driver-%d", b.next(2)),
-				Pool:   resourceapi.ResourcePool{Name: fmt.Sprintf("pool-%d", b.next(3)), Generation: int64(b.next(3)), ResourceSliceCount: int64(b.next(4))},
+				Pool:   resourceapi.ResourcePool{Name: fmt.Sprintf("pool-%d", b.next(3)), Generation: int64(b.next(3)), ResourceSliceCount: sliceCounts[b.next(len(sliceCounts))]},
 			},
 		}
 		if b.next(2) == 0 {
@@ -129,6 +134,12 @@ func FuzzComputePoolUsage(f *testing.F) {
 			if s.PartiallyAllocated > s.Allocated {
 				t.Errorf("pool %s: more partially allocated than allocated: %+v", p.PoolID, s)
 			}
+			if p.ExpectedSlices < 0 || p.ExpectedSlices > MaxSliceCount {
+				t.Errorf("pool %s: expected slices %d, observed %d: a ResourcePool's int32 cannot hold them", p.PoolID, p.ExpectedSlices, p.ObservedSlices)
+			}
+			if p.ExpectedSlices == MaxSliceCount && p.Valid() && tooManySlices(slices, &p) {
+				t.Errorf("pool %s: a resourceSliceCount past %d at generation %d, and the pool is Valid", p.PoolID, MaxSliceCount, p.Generation)
+			}
 			if len(p.ValidationErrors) > MaxValidationErrors || p.TruncatedErrorCount < 0 {
 				t.Errorf("pool %s: %d errors kept, %d truncated", p.PoolID, len(p.ValidationErrors), p.TruncatedErrorCount)
 			}
@@ -155,4 +166,15 @@ func FuzzComputePoolUsage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// tooManySlices reports whether a slice of the pool's generation gives a
+// resourceSliceCount past MaxSliceCount.
+func tooManySlices(slices []*resourceapi.ResourceSlice, p *PoolUsage) bool {
+	for _, s := range slices {
+		if s.Spec.Driver == p.Driver && s.Spec.Pool.Name == p.Pool && s.Spec.Pool.Generation == p.Generation && s.Spec.Pool.ResourceSliceCount > MaxSliceCount {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ package drausage
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -140,7 +141,15 @@ const (
 	DuplicateDevice ValidationKind = "DuplicateDevice"
 	// InconsistentSlices: the pool's slices disagree on resourceSliceCount or node.
 	InconsistentSlices ValidationKind = "InconsistentSlices"
+	// InvalidSliceCount: a slice's resourceSliceCount is beyond
+	// MaxSliceCount. The API only requires it to be positive.
+	InvalidSliceCount ValidationKind = "InvalidSliceCount"
 )
+
+// MaxSliceCount is the largest resourceSliceCount counted as given: a
+// ResourcePool's slice counts are int32, and a pool that claims more
+// slices is counted at this many, and invalid.
+const MaxSliceCount = math.MaxInt32
 
 // ConflictKind says what claims hold beyond what a pool allows, as when two
 // scheduler processes race for the same devices.
@@ -421,10 +430,21 @@ func currentGeneration(id PoolID, poolSlices []*resourceapi.ResourceSlice, usage
 	}
 	nodes := map[string]bool{}
 	expected := map[int64]bool{}
+	tooMany := ""
 	for _, slice := range current {
 		nodes[ptr.Deref(slice.Spec.NodeName, "")] = true
-		expected[slice.Spec.Pool.ResourceSliceCount] = true
-		usage.ExpectedSlices = max(usage.ExpectedSlices, int(slice.Spec.Pool.ResourceSliceCount))
+		count := slice.Spec.Pool.ResourceSliceCount
+		expected[count] = true
+		if count > MaxSliceCount {
+			if tooMany == "" {
+				tooMany = fmt.Sprintf("pool %s: slice %s gives resourceSliceCount %d, more than the %d a pool can have", id, slice.Name, count, MaxSliceCount)
+			}
+			count = MaxSliceCount
+		}
+		usage.ExpectedSlices = max(usage.ExpectedSlices, int(count))
+	}
+	if tooMany != "" {
+		errs.add(InvalidSliceCount, tooMany)
 	}
 	if len(expected) > 1 {
 		errs.add(InconsistentSlices, fmt.Sprintf("pool %s: slices of generation %d disagree on resourceSliceCount", id, usage.Generation))

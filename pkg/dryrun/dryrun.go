@@ -17,7 +17,10 @@ package dryrun
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -35,7 +38,59 @@ type Allocating struct {
 	Features structured.Features
 	Classes  structured.DeviceClassLister
 	CEL      *cel.Cache
+	// RunTimeout bounds each allocator run (DefaultRunTimeout when zero):
+	// the allocator backtracks, and without a deadline a claim set that
+	// cannot fit can keep it searching for hours.
+	RunTimeout time.Duration
+	// Observe, when set, is told how each run ended.
+	Observe func(Outcome)
 }
+
+// DefaultRunTimeout is upstream's default Filter timeout
+// (DynamicResourcesArgs.filterTimeout).
+const DefaultRunTimeout = 10 * time.Second
+
+// Outcome is how an allocator run ended.
+type Outcome string
+
+const (
+	// Fit: the claims fit; the results are returned.
+	Fit Outcome = "fit"
+	// NoFit: the allocator searched and found no fit.
+	NoFit Outcome = "nofit"
+	// Infeasible: MayFit said no, and no search ran.
+	Infeasible Outcome = "infeasible"
+	// TimedOut: the run's or the caller's deadline ended the search.
+	TimedOut Outcome = "timeout"
+	// Failed: the allocator reported a problem (CEL, a missing class).
+	Failed Outcome = "error"
+)
+
+// Budget is a wall-clock budget that the dry runs of one scheduling cycle
+// share, however many nodes and clones of the cycle state they run for: it
+// starts with the first run that asks for it. A nil Budget bounds nothing
+// beyond the per-run timeout.
+type Budget struct {
+	total    time.Duration
+	once     sync.Once
+	deadline time.Time
+}
+
+// NewBudget returns a budget of total.
+func NewBudget(total time.Duration) *Budget { return &Budget{total: total} }
+
+// Context returns ctx, ending at the budget's deadline.
+func (b *Budget) Context(ctx context.Context) (context.Context, context.CancelFunc) {
+	if b == nil {
+		return ctx, func() {}
+	}
+	b.once.Do(func() { b.deadline = time.Now().Add(b.total) })
+	return context.WithDeadline(ctx, b.deadline)
+}
+
+// ErrTimedOut is returned for a run that its deadline, or its caller's,
+// ended before it knew whether the claims fit.
+var ErrTimedOut = fmt.Errorf("allocator run timed out: %w", context.DeadlineExceeded)
 
 // Cycle is one scheduling cycle's allocated state and slices. It is only
 // read after NewCycle, so nodes evaluated in parallel share it.
@@ -278,17 +333,44 @@ func (n *Node) HasDevices() bool { return len(n.slices) > 0 }
 func (n *Node) ReachesNetworkPools() bool { return n.network }
 
 // Allocate runs the allocator for claims on the node over the node's
-// share as it is now. It returns nil results, and the allocator's
-// structured.ErrFailedAllocationOnNode or no error, when the claims do not
-// fit; any other error is the allocator's (a CEL or class problem).
+// share as it is now, for at most the run timeout and never past ctx's
+// deadline; claims MayFit refuses are not searched. It returns nil
+// results, and the allocator's structured.ErrFailedAllocationOnNode or no
+// error, when the claims do not fit; ErrTimedOut when the time ran out
+// first; any other error is the allocator's (a CEL or class problem).
 func (n *Node) Allocate(ctx context.Context, claims []*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
+	results, outcome, err := n.allocate(ctx, claims)
+	if observe := n.cycle.allocating.Observe; observe != nil {
+		observe(outcome)
+	}
+	return results, err
+}
+
+func (n *Node) allocate(ctx context.Context, claims []*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, Outcome, error) {
+	if ctx.Err() != nil {
+		return nil, TimedOut, ErrTimedOut
+	}
+	if !n.MayFit(claims) {
+		return nil, Infeasible, nil
+	}
+	timeout := n.cycle.allocating.RunTimeout
+	if timeout <= 0 {
+		timeout = DefaultRunTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	allocator, err := structured.NewAllocator(ctx, n.cycle.allocating.Features, n.state, n.cycle.allocating.Classes, n.slices, n.cycle.allocating.CEL)
 	if err != nil {
-		return nil, err
+		return nil, Failed, err
 	}
 	results, err := allocator.Allocate(ctx, n.node, claims)
-	if err != nil || len(results) != len(claims) {
-		return nil, err
+	switch {
+	case ctx.Err() != nil:
+		return nil, TimedOut, ErrTimedOut
+	case err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode):
+		return nil, Failed, err
+	case err != nil || len(results) != len(claims):
+		return nil, NoFit, err
 	}
-	return results, nil
+	return results, Fit, nil
 }

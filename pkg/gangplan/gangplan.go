@@ -48,15 +48,19 @@ type Placement struct {
 	Devices sets.Set[structured.DeviceID]
 }
 
-// ErrBudget says the search ran out of allocator runs before it placed
-// every member.
+// ErrBudget says the search ran out of allocator runs, or of time, before
+// it placed every member.
 var ErrBudget = errors.New("gang plan: allocator budget used up")
 
 // Plan returns a placement for every member with claims, by pod UID, or
 // nil when the members do not all fit on nodes in this cycle. Members
 // without claims need no devices and get no placement. budget bounds the
 // allocator runs (each node that reaches devices needs about log2 of the
-// members unplaced); when it runs out, Plan returns ErrBudget. A node is
+// members unplaced that could fit there) and ctx's deadline their time;
+// when either runs out, Plan returns ErrBudget. A node is never asked for
+// more members than dryrun.Node.MayFit allows, so no run searches for a
+// prefix whose device count alone cannot fit; a run that times out counts
+// as not fitting. A node is
 // tried for a member only if it is schedulable, its NoSchedule and
 // NoExecute taints are tolerated and its labels meet the member's required
 // node affinity; everything else a node must offer besides devices is left
@@ -90,15 +94,20 @@ func Plan(ctx context.Context, cycle *dryrun.Cycle, nodes []*v1.Node, members []
 		// Whether a prefix of the members fits is monotone in its length:
 		// find the longest that fits by bisection.
 		fits, best := 0, [][]resourceapi.AllocationResult(nil)
-		lo, hi := 1, len(eligible)
+		lo, hi := 1, mostThatMayFit(n, eligible)
 		for lo <= hi {
-			if budget <= 0 {
+			if budget <= 0 || ctx.Err() != nil {
 				return nil, ErrBudget
 			}
 			budget--
 			k := (lo + hi) / 2
 			results, err := n.Allocate(ctx, claimsOf(eligible[:k]))
-			if err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode) {
+			switch {
+			case errors.Is(err, dryrun.ErrTimedOut):
+				if ctx.Err() != nil {
+					return nil, ErrBudget
+				}
+			case err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode):
 				return nil, err
 			}
 			if results == nil {
@@ -117,6 +126,22 @@ func Plan(ctx context.Context, cycle *dryrun.Cycle, nodes []*v1.Node, members []
 		return nil, nil
 	}
 	return placements, nil
+}
+
+// mostThatMayFit is the longest prefix of the members whose claims
+// together MayFit the node; what MayFit counts only grows with the
+// prefix, so bisection finds it.
+func mostThatMayFit(n *dryrun.Node, members []Member) int {
+	lo, hi := 0, len(members)
+	for lo < hi {
+		k := (lo + hi + 1) / 2
+		if n.MayFit(claimsOf(members[:k])) {
+			lo = k
+		} else {
+			hi = k - 1
+		}
+	}
+	return lo
 }
 
 // splitEligible separates the members the node may take, in order, from

@@ -199,11 +199,52 @@ func TestPlanStopsWhenTheBudgetIsUsedUp(t *testing.T) {
 	nodes := []*v1.Node{node("node-0"), node("node-1")}
 	slices := []*resourceapi.ResourceSlice{gpusOf("node-0", 1), gpusOf("node-1", 1)}
 	members := []gangplan.Member{member("m0", gpus("c0", 1)), member("m1", gpus("c1", 1))}
-	if _, err := gangplan.Plan(ctx, cycleOver(sets.New[structured.DeviceID](), slices...), nodes, members, 2); !errors.Is(err, gangplan.ErrBudget) {
-		t.Errorf("two nodes, two runs needed at least three: got %v, want ErrBudget", err)
+	// Each node of one GPU is asked for one member only: two runs.
+	if _, err := gangplan.Plan(ctx, cycleOver(sets.New[structured.DeviceID](), slices...), nodes, members, 1); !errors.Is(err, gangplan.ErrBudget) {
+		t.Errorf("two nodes, one run where two are needed: got %v, want ErrBudget", err)
 	}
-	if plan, err := gangplan.Plan(ctx, cycleOver(sets.New[structured.DeviceID](), slices...), nodes, members, 4); err != nil || len(plan) != 2 {
-		t.Errorf("with budget 4: %v, %v", plan, err)
+	if plan, err := gangplan.Plan(ctx, cycleOver(sets.New[structured.DeviceID](), slices...), nodes, members, 2); err != nil || len(plan) != 2 {
+		t.Errorf("with budget 2: %v, %v", plan, err)
+	}
+	// The time is the other budget: a plan whose time is up runs nothing.
+	expired, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := gangplan.Plan(expired, cycleOver(sets.New[structured.DeviceID](), slices...), nodes, members, 256); !errors.Is(err, gangplan.ErrBudget) {
+		t.Errorf("with the time up: got %v, want ErrBudget", err)
+	}
+}
+
+// A gang of 17 one-GPU members pinned to a node of 16 identical GPUs, and
+// one of 9 two-GPU members: the bisection never asks the node for more
+// members than its free devices could hold, so no run searches a prefix
+// the allocator would take every permutation to refuse, and the plan says
+// quickly that the gang does not fit.
+func TestPlanAsksNoNodeForMoreThanCouldFit(t *testing.T) {
+	for _, tc := range []struct {
+		members int
+		each    int64
+	}{{17, 1}, {9, 2}} {
+		t.Run(fmt.Sprintf("%dx%d", tc.members, tc.each), func(t *testing.T) {
+			runs := map[dryrun.Outcome]int{}
+			state := structured.AllocatedState{
+				AllocatedDevices:         sets.New[structured.DeviceID](),
+				AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+				AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+			}
+			cycle := dryrun.NewCycle(dryrun.Allocating{Features: allFeatures, Classes: dracases.Classes, CEL: dracases.CEL,
+				Observe: func(o dryrun.Outcome) { runs[o]++ }}, state, sets.New[structured.DeviceID](), []*resourceapi.ResourceSlice{gpusOf("node-0", 16)})
+			var members []gangplan.Member
+			for i := range tc.members {
+				members = append(members, member(fmt.Sprintf("m%d", i), gpus(fmt.Sprintf("c%d", i), tc.each)))
+			}
+			plan, err := gangplan.Plan(context.Background(), cycle, []*v1.Node{node("node-0")}, members, 256)
+			if plan != nil || err != nil {
+				t.Fatalf("got %v, %v; want no plan", plan, err)
+			}
+			if runs[dryrun.NoFit]+runs[dryrun.Infeasible]+runs[dryrun.TimedOut] != 0 || runs[dryrun.Fit] == 0 {
+				t.Errorf("runs %v: want only prefixes that fit asked for", runs)
+			}
+		})
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
 	"github.com/drascope/drascope/pkg/drausage"
+	"github.com/drascope/drascope/pkg/dryrun"
 	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/poolcache"
 )
@@ -129,6 +130,15 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 
+	// AllocationRuns: how each of DRAScope's own runs of upstream's
+	// allocator ended (pkg/dryrun: preemption's dry runs, release checks,
+	// gang planning).
+	AllocationRuns = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "drascope_allocation_runs_total",
+		Help:           "Runs of upstream's structured allocator that DRAScope makes itself (preemption dry runs, release checks, gang planning; upstream's Filter is not counted), by outcome: fit, nofit (searched, no fit), infeasible (skipped: the node has too few free devices or counters for the claims), timeout (ended by the per-run timeout or the cycle's budget), error.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"outcome"})
+
 	devicesDesc = metrics.NewDesc("drascope_resourcepool_devices",
 		"Devices of a pool by state (Available, Allocated, PartiallyAllocated, Unavailable), as the scheduler sees them. PartiallyAllocated devices are counted under Allocated too.",
 		[]string{"driver", "pool", "node", "state"}, nil, metrics.ALPHA, "")
@@ -205,7 +215,7 @@ func Export(source Source) (stop func()) {
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(SyncDuration, SyncErrors, SnapshotDelay, PublishDelay, FirstPublishDelay, Writes, DueWrites, WriteFloor, RecomputeDuration, ConflictChecks,
-			NodePruning, EarlyRefusals, FilterMemo, GangPlans, IgnoredReports, RuleWrites)
+			NodePruning, EarlyRefusals, FilterMemo, GangPlans, AllocationRuns, IgnoredReports, RuleWrites)
 		legacyregistry.CustomMustRegister(&poolCollector{})
 	})
 }
@@ -267,6 +277,11 @@ func ObserveFilterMemo(result string) {
 // ObserveGangPlan counts a result of DRAScope's gang planning.
 func ObserveGangPlan(result string) {
 	GangPlans.WithLabelValues(result).Inc()
+}
+
+// ObserveAllocationRun is a dryrun.Allocating.Observe function.
+func ObserveAllocationRun(outcome dryrun.Outcome) {
+	AllocationRuns.WithLabelValues(string(outcome)).Inc()
 }
 
 // ObserveSync is a poolpublisher.Options.Observe function.

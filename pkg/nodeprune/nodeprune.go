@@ -13,14 +13,14 @@
 package nodeprune
 
 import (
-	"regexp"
-
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/drascope/drascope/pkg/deviceclass"
 )
 
 // View is the in-use state and the slices one scheduling cycle's allocator
@@ -210,10 +210,6 @@ func needsOf(claims []*resourceapi.ResourceClaim, classes ClassGetter) (needs []
 	return needs, true
 }
 
-// driverOnly matches a selector that names the driver and nothing else,
-// as most DeviceClasses do.
-var driverOnly = regexp.MustCompile(`^\s*device\.driver\s*==\s*"([^"\\]+)"\s*$`)
-
 // classNeed is what a request of the class needs: a device of the driver
 // one of its selectors names, where a selector is exactly that; a device of
 // any driver otherwise.
@@ -222,22 +218,8 @@ func classNeed(name string, classes ClassGetter) (need, bool) {
 	if err != nil || class == nil {
 		return need{}, false
 	}
-	if driver, ok := ClassDriver(class); ok {
+	if driver, ok := deviceclass.Driver(class); ok {
 		return need{drivers: sets.New(driver)}, true
 	}
 	return need{anyDriver: true}, true
-}
-
-// ClassDriver is the driver a class's devices must be of, when one of its
-// selectors is exactly device.driver == "X" (selectors are ANDed).
-func ClassDriver(class *resourceapi.DeviceClass) (string, bool) {
-	for _, selector := range class.Spec.Selectors {
-		if selector.CEL == nil {
-			continue
-		}
-		if m := driverOnly.FindStringSubmatch(selector.CEL.Expression); m != nil {
-			return m[1], true
-		}
-	}
-	return "", false
 }

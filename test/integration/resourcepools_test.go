@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -109,6 +110,18 @@ func TestResourcePoolSlicesAndValidation(t *testing.T) {
 	}
 	if rp.Status.Summary.TotalDevices != 2 {
 		t.Errorf("a duplicated device was counted twice: total %d", rp.Status.Summary.TotalDevices)
+	}
+
+	// A resourceSliceCount past int32 (the API only asks for > 0): the
+	// pool is invalid and incomplete, and its status is written all the
+	// same; the CRD's minimum: 0 would refuse a count turned negative.
+	hugePool := s.namespace + "-huge"
+	s.addSlice(hugePool+"-0", resourceapi.ResourcePool{Name: hugePool, Generation: 1, ResourceSliceCount: 1 << 31}, nil, "gpu-0")
+	rp = s.waitForResourcePool(poolObjectName(t, hugePool), "Valid=False", conditionIs(v1alpha1.ConditionValid, metav1.ConditionFalse))
+	if rp.Status.ExpectedSliceCount != math.MaxInt32 || !slices.ContainsFunc(rp.Status.ValidationErrors, func(e string) bool {
+		return strings.Contains(e, "resourceSliceCount 2147483648")
+	}) {
+		t.Errorf("expectedSliceCount %d, validationErrors %q: want %d and the count named", rp.Status.ExpectedSliceCount, rp.Status.ValidationErrors, math.MaxInt32)
 	}
 }
 

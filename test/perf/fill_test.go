@@ -22,7 +22,7 @@ import (
 	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
 	"k8s.io/kubernetes/test/utils/client-go/ktesting"
 
-	"github.com/drascope/drascope/pkg/nodeprune"
+	"github.com/drascope/drascope/pkg/deviceclass"
 )
 
 // fillNamespace holds the claims fillClaims allocates.
@@ -254,7 +254,7 @@ func fillDriver(tCtx ktesting.TContext, claims []*resourceapi.ResourceClaim) (st
 	if err != nil {
 		return "", err
 	}
-	driver, ok := nodeprune.ClassDriver(class)
+	driver, ok := deviceclass.Driver(class)
 	if !ok || len(class.Spec.Selectors) != 1 {
 		return "", fmt.Errorf("class %s: the fill needs one CEL selector naming only the driver", name)
 	}

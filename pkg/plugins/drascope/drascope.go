@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -29,6 +30,7 @@ import (
 	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/dryrun"
 	"github.com/drascope/drascope/pkg/health"
+	"github.com/drascope/drascope/pkg/metrics"
 	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/poolcache"
 )
@@ -84,11 +86,13 @@ type DRAScope struct {
 		ForgetWaitingPod(*v1.Pod)
 	}
 
-	// allocating is what a preemption dry run's allocator needs besides
-	// devices (preemption.go); filterTimeout bounds it as upstream's
-	// filterTimeout bounds its Filter.
-	allocating    dryrun.Allocating
-	filterTimeout time.Duration
+	// allocating is what DRAScope's own allocator runs need besides
+	// devices (preemption.go, gangs.go); its RunTimeout, upstream's
+	// filterTimeout, bounds each run as it bounds upstream's Filter, and
+	// cycleBudget all the runs of one scheduling or pod-group cycle
+	// together.
+	allocating  dryrun.Allocating
+	cycleBudget time.Duration
 	// nodeAllocatableResources: preemption.go, newWhatIf.
 	nodeAllocatableResources bool
 	// filterMemo answers Filter for nodes accepted before with the same
@@ -187,12 +191,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 				EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
 				EnableListTypeAttributes: fts.EnableDRAListTypeAttributes,
 			}),
+			Observe: metrics.ObserveAllocationRun,
 		}
+		pl.allocating.RunTimeout, pl.cycleBudget = runBounds(fts.EnableDRASchedulerFilterTimeout, args.FilterTimeout)
 		pl.nodeAllocatableResources = fts.EnableDRANodeAllocatableResources
 		pl.countersReachEveryNode = nodeprune.CountersReachEveryNode(pl.allocating.Features)
-		if fts.EnableDRASchedulerFilterTimeout && args.FilterTimeout != nil {
-			pl.filterTimeout = args.FilterTimeout.Duration
-		}
 	}
 	upstreamArgs := &schedconfig.DynamicResourcesArgs{
 		FilterTimeout:  args.FilterTimeout,
@@ -219,6 +222,19 @@ func newPlugin(ctx context.Context, obj runtime.Object, fh fwk.Handle, rt *draru
 		}
 	}
 	return pl, nil
+}
+
+// runBounds are the bounds of DRAScope's own allocator runs: each as long
+// as upstream's Filter may run (filterTimeout, upstream's default when the
+// gate is off or the timeout is 0, which turn upstream's bound off but
+// must not turn off drascope's), and all of one cycle together no longer
+// than one such run.
+func runBounds(gate bool, filterTimeout *metav1.Duration) (run, cycle time.Duration) {
+	run = dryrun.DefaultRunTimeout
+	if gate && filterTimeout != nil && filterTimeout.Duration > 0 {
+		run = filterTimeout.Duration
+	}
+	return run, run
 }
 
 // decodeArgs accepts the internal args the kube-scheduler hands over after

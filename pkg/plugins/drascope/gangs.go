@@ -56,8 +56,9 @@ const (
 	// scheduler's longest backoff by default (podMaxBackoffSeconds, 10s),
 	// after which the group's next cycle comes.
 	planTTL = time.Minute
-	// allocatorRuns bounds the allocator runs of one plan, so that an
-	// infeasible gang on a large cluster costs a bounded time per cycle.
+	// allocatorRuns bounds the allocator runs of one plan, and
+	// DRAScope.cycleBudget their time, so that an infeasible gang on a
+	// large cluster costs a bounded time per cycle.
 	allocatorRuns = 256
 )
 
@@ -292,7 +293,9 @@ func (pl *DRAScope) PodGroupPostFilter(ctx context.Context, state fwk.PodGroupCy
 	for _, n := range nodeInfos {
 		nodes = append(nodes, n.Node())
 	}
-	placements, err := gangplan.Plan(ctx, cycle, nodes, members, allocatorRuns)
+	planCtx, cancel := context.WithTimeout(ctx, pl.cycleBudget)
+	placements, err := gangplan.Plan(planCtx, cycle, nodes, members, allocatorRuns)
+	cancel()
 	if err != nil || placements == nil {
 		outcome := planNone
 		if errors.Is(err, gangplan.ErrBudget) {

@@ -60,6 +60,9 @@ type whatIf struct {
 	// releasing is shared by every clone: read once, when a dry run
 	// first needs it.
 	releasing *releasing
+	// budget, shared by every clone, bounds the cycle's dry runs
+	// together: preemption tries many nodes, each on a clone.
+	budget *dryrun.Budget
 	// In a pod-group preemption's dry run (gangpreemption.go): dryRun is
 	// the run, chosen (shared by every clone) the devices the member's
 	// Reserve put in flight, reinstated (each clone's own) the victims
@@ -153,6 +156,7 @@ func (pl *DRAScope) newWhatIf(view *cycleView, claims *podClaims) *whatIf {
 		claims:    claims.toAllocate,
 		removed:   map[types.UID]*v1.Pod{},
 		releasing: &releasing{},
+		budget:    dryrun.NewBudget(pl.cycleBudget),
 	}
 }
 
@@ -249,11 +253,8 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 	if node == nil {
 		return fwk.NewStatus(fwk.Error, "node not found")
 	}
-	if pl.filterTimeout > 0 {
-		var cancel func()
-		ctx, cancel = context.WithTimeout(ctx, pl.filterTimeout)
-		defer cancel()
-	}
+	ctx, cancel := w.budget.Context(ctx)
+	defer cancel()
 	n := w.cycle.Node(node)
 	for _, allocation := range pl.allocationsFreedBy(w.removed, w.removed, podsOn(nodeInfo, w.added)) {
 		n.Free(allocation)
@@ -305,10 +306,10 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 		reasons = append(reasons, "devices are kept for pods nominated to the node: "+podsSeenFrom(pod.Namespace, nominated))
 	}
 	if pl.health != nil {
-		// As filterExplained: name withheld devices, retry on recovery.
-		if note := pl.withheldNote(ctx, pl.withheldIn(state), pod, node); note != "" {
+		// As filterExplained: say so, retry on recovery.
+		if reason := pl.withheldReasonFor(ctx, pl.withheldIn(state), node); reason != "" {
 			pl.waiting.RetryWhenDevicesFree(pod)
-			reasons = append(reasons, note)
+			reasons = append(reasons, reason)
 		}
 	}
 	code := fwk.UnschedulableAndUnresolvable
@@ -586,6 +587,8 @@ func (pl *DRAScope) nominatedNodeAwaitingVictims(ctx context.Context, pod *v1.Po
 	if len(leaving) == 0 && !releasing {
 		return ""
 	}
+	ctx, cancel := w.budget.Context(ctx)
+	defer cancel()
 	if results, err := n.Allocate(ctx, w.claims); err != nil || results == nil {
 		// Its nomination is stale (a pod of higher priority took the
 		// devices): every node is offered again.
@@ -625,8 +628,19 @@ func preempted(pod *v1.Pod) bool {
 // deallocate, or released since the cycle began. That is the window after
 // a preemptor's victims are gone: the nominated node no longer has a
 // terminating pod, so DefaultPreemption would find the pod eligible again
-// and preempt more.
+// and preempt more. A refusal names a few of the withheld devices that
+// kept the pod off nodes (withheldSummary), once for the whole cycle.
 func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	result, status := pl.postFilter(ctx, state, pod, statuses)
+	if status.IsRejected() {
+		if note := pl.withheldSummary(ctx, state, pod, statuses); note != "" {
+			status = fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
+		}
+	}
+	return result, status
+}
+
+func (pl *DRAScope) postFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	if refusedEarly(state) {
 		// Upstream's PreFilter did not run, so its PostFilter would find
 		// no cycle state and fail. It would have nothing to do: the pod's
@@ -698,9 +712,11 @@ func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, p
 	if err != nil {
 		return ""
 	}
+	ctx, cancel := w.budget.Context(ctx)
+	defer cancel()
 	checked := 0
 	for _, name := range nodes {
-		if checked == maxReleaseChecks {
+		if checked == maxReleaseChecks || ctx.Err() != nil {
 			break
 		}
 		if rejected := statuses.Get(name); rejected == nil || rejected.Plugin() != Name {

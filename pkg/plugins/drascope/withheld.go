@@ -18,17 +18,25 @@ import (
 	"github.com/drascope/drascope/pkg/poolcache"
 )
 
-// maxWithheldInMessage bounds how many withheld devices one node's
-// rejection names; the rest are counted.
+// maxWithheldInMessage bounds how many withheld devices a pending pod's
+// message names; the rest are counted.
 const maxWithheldInMessage = 3
+
+// withheldReason is how Filter refuses a node that reaches withheld
+// devices. It is the same for every node, so that the scheduler's message
+// counts the nodes ("37 had devices withheld ...") rather than listing
+// each: upstream's FitError names every distinct reason, and a reason
+// naming each node's own devices would grow the pod's status with the
+// cluster. PostFilter names a few of the devices, once (withheldNote).
+const withheldReason = "had devices withheld because kubelet reported them Unhealthy"
 
 // filterExplained runs upstream's Filter. A refusal of a pod that needs
 // admin-access and ordinary requests allocated together says that its
 // admin access counts shared counters (adminaccess_counters.go). When it
 // refuses the node while devices the node can reach are withheld as
-// Unhealthy, the refusal says so, naming the devices, when and by which pod
-// they were reported, and the pod is remembered so that it is retried as
-// soon as one of them recovers.
+// Unhealthy, the refusal says so (withheldReason; PostFilter names the
+// devices, when and by which pod they were reported), and the pod is
+// remembered so that it is retried as soon as one of them recovers.
 func (pl *DRAScope) filterExplained(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	status := pl.DynamicResources.Filter(ctx, state, pod, nodeInfo)
 	if !status.IsRejected() {
@@ -40,12 +48,56 @@ func (pl *DRAScope) filterExplained(ctx context.Context, state fwk.CycleState, p
 	if pl.health == nil {
 		return status
 	}
-	note := pl.withheldNote(ctx, pl.withheldIn(state), pod, nodeInfo.Node())
-	if note == "" {
+	reason := pl.withheldReasonFor(ctx, pl.withheldIn(state), nodeInfo.Node())
+	if reason == "" {
 		return status
 	}
 	pl.waiting.RetryWhenDevicesFree(pod)
-	return fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
+	return fwk.NewStatus(status.Code(), append(status.Reasons(), reason)...)
+}
+
+// withheldReasonFor is Filter's reason for refusing a node that reaches
+// withheld devices the pod could use; "" when it reaches none.
+func (pl *DRAScope) withheldReasonFor(ctx context.Context, w *withheldDevices, node *v1.Node) string {
+	if node == nil || len(pl.withheldFrom(ctx, w, node.Name)) == 0 {
+		return ""
+	}
+	return withheldReason
+}
+
+// withheldSummary names the devices withheld on the nodes Filter refused
+// with withheldReason, for PostFilter's message; "" when there are none.
+// Only the nodes that report withheld devices are looked up.
+func (pl *DRAScope) withheldSummary(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) string {
+	w, ok := fromCycle[*withheldDevices](state, withheldStateKey)
+	if pl.health == nil || !ok || statuses == nil {
+		return ""
+	}
+	pl.withheldFrom(ctx, w)
+	refusedFor := func(name string) bool {
+		status := statuses.Get(name)
+		return status != nil && slices.Contains(status.Reasons(), withheldReason)
+	}
+	var nodes []string
+	for name := range w.byNode {
+		if refusedFor(name) {
+			nodes = append(nodes, name)
+		}
+	}
+	if len(nodes) == 0 && len(w.anyNode) > 0 {
+		// Network-attached devices only: any refused node reached them.
+		all, err := pl.handle.SnapshotSharedLister().NodeInfos().List()
+		if err != nil {
+			return ""
+		}
+		for _, info := range all {
+			if node := info.Node(); node != nil && refusedFor(node.Name) {
+				nodes = append(nodes, node.Name)
+				break
+			}
+		}
+	}
+	return pl.withheldNote(ctx, w, pod, nodes...)
 }
 
 // withheldStateKey holds a scheduling cycle's withheldDevices.
@@ -83,15 +135,31 @@ func (pl *DRAScope) withheldIn(state fwk.CycleState) *withheldDevices {
 	return &withheldDevices{}
 }
 
-// withheldNote describes the Unhealthy devices that node can reach (those reported
-// from the node, and those of pools not tied to one node) and that a device
-// class the pod asks for accepts: a pod waiting for a NIC is not told about
-// a withheld GPU. The note lands in the pod's status and events: it names a
-// reporting pod only of the pod's own namespace.
-func (pl *DRAScope) withheldNote(ctx context.Context, w *withheldDevices, pod *v1.Pod, node *v1.Node) string {
-	if node == nil {
+// withheldNote describes the Unhealthy devices the nodes can reach (those
+// reported from them, and those of pools not tied to one node) and that a
+// device class the pod asks for accepts: a pod waiting for a NIC is not
+// told about a withheld GPU. It names at most maxWithheldInMessage and
+// counts the rest. The note lands in the pod's status and events: it names
+// a reporting pod only of the pod's own namespace.
+func (pl *DRAScope) withheldNote(ctx context.Context, w *withheldDevices, pod *v1.Pod, nodes ...string) string {
+	reachable := pl.withheldFrom(ctx, w, nodes...)
+	if len(reachable) == 0 {
 		return ""
 	}
+	parts := make([]string, 0, maxWithheldInMessage+1)
+	for i, r := range reachable {
+		if i == maxWithheldInMessage {
+			parts = append(parts, fmt.Sprintf("and %d more", len(reachable)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", r.Device, r.DetailFor(pod.Namespace)))
+	}
+	return "devices withheld because kubelet reported them Unhealthy: " + strings.Join(parts, ", ")
+}
+
+// withheldFrom returns, sorted, the withheld devices the nodes reach that
+// the pod's classes accept, grouping them at the cycle's first call.
+func (pl *DRAScope) withheldFrom(ctx context.Context, w *withheldDevices, nodes ...string) []health.Report {
 	w.once.Do(func() {
 		w.byNode = map[string][]health.Report{}
 		classes := pl.requestedClasses(w.claims)
@@ -111,23 +179,19 @@ func (pl *DRAScope) withheldNote(ctx context.Context, w *withheldDevices, pod *v
 			slices.SortFunc(reports, byDevice)
 		}
 	})
-	reachable := w.byNode[node.Name]
-	if len(w.anyNode) > 0 {
-		reachable = slices.Concat(reachable, w.anyNode)
-		slices.SortFunc(reachable, byDevice)
+	if len(nodes) == 0 {
+		return nil
 	}
-	if len(reachable) == 0 {
-		return ""
+	if len(nodes) == 1 && len(w.anyNode) == 0 {
+		return w.byNode[nodes[0]]
 	}
-	parts := make([]string, 0, maxWithheldInMessage+1)
-	for i, r := range reachable {
-		if i == maxWithheldInMessage {
-			parts = append(parts, fmt.Sprintf("and %d more", len(reachable)-i))
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", r.Device, r.DetailFor(pod.Namespace)))
+	var reachable []health.Report
+	for _, name := range nodes {
+		reachable = append(reachable, w.byNode[name]...)
 	}
-	return "had devices withheld because kubelet reported them Unhealthy: " + strings.Join(parts, ", ")
+	reachable = append(reachable, w.anyNode...)
+	slices.SortFunc(reachable, byDevice)
+	return reachable
 }
 
 // requestedClasses are the device classes the claims' requests name, every

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/pkg/health"
@@ -54,12 +55,17 @@ func deviceID(i int) structured.DeviceID {
 // healthCacheWithUnhealthy returns a health cache in which devices
 // [from, from+n) were reported Unhealthy by running pods.
 func healthCacheWithUnhealthy(logger klog.Logger, from, n int) *health.Cache {
+	return healthCacheWith(logger, from, n, deviceID)
+}
+
+// healthCacheWith reports deviceOf(i) Unhealthy for i in [from, from+n).
+func healthCacheWith(logger klog.Logger, from, n int, deviceOf func(int) structured.DeviceID) *health.Cache {
 	claims := map[string]*resourceapi.ResourceClaim{}
 	c := health.New(health.Options{HoldTime: time.Hour, Resolver: health.Resolver{
 		Claim: func(namespace, name string) (*resourceapi.ResourceClaim, error) { return claims[name], nil },
 	}})
 	for i := from; i < from+n; i++ {
-		id := deviceID(i)
+		id := deviceOf(i)
 		name := fmt.Sprintf("pod-%d", i)
 		uid := types.UID(name)
 		claims[name] = &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{
@@ -161,7 +167,7 @@ func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
 		health: healthCacheWithUnhealthy(logger, 0, 10),
 		pools:  poolcache.New(poolcache.Options{}),
 	}
-	node := func(name string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	node := func(name string) string { return name }
 	cycle := &withheldDevices{}
 	pending := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "waiting"}}
 
@@ -222,7 +228,7 @@ func TestWithheldNoteNamesDevicesOfThePodsClassesOnly(t *testing.T) {
 		pools:   pools,
 		classes: resourcelisters.NewDeviceClassLister(classes),
 	}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	node := "node-1"
 	pending := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "waiting"}}
 	claimFor := func(requests ...resourceapi.DeviceRequest) *podClaims {
 		return &podClaims{toAllocate: []*resourceapi.ResourceClaim{{Spec: resourceapi.ResourceClaimSpec{
@@ -254,4 +260,47 @@ func TestWithheldNoteNamesDevicesOfThePodsClassesOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// One Unhealthy device on each of 2000 nodes: every node's refusal gives
+// the same reason, so the scheduler's message counts the nodes, and the
+// devices named once, in PostFilter's note, are a few. The message stays
+// a few hundred bytes, where naming every node's devices made it grow
+// with the cluster towards the object size limit.
+func TestWithheldMessageIsBoundedAtScale(t *testing.T) {
+	logger, ctx := ktesting.NewTestContext(t)
+	const nodes = 2000
+	pl := &DRAScope{
+		health: healthCacheWith(logger, 0, nodes, func(i int) structured.DeviceID {
+			return structured.MakeDeviceID("gpu.example.com", fmt.Sprintf("node-%d", i), "gpu-0")
+		}),
+		pools: poolcache.New(poolcache.Options{}),
+	}
+	pending := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "waiting"}}
+	w := &withheldDevices{}
+	state := framework.NewCycleState()
+	state.Write(withheldStateKey, w)
+	statuses := map[string]*fwk.Status{}
+	for i := range nodes {
+		name := fmt.Sprintf("node-%d", i)
+		reason := pl.withheldReasonFor(ctx, w, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		if reason == "" {
+			t.Fatalf("%s reaches no withheld device, want its own one", name)
+		}
+		statuses[name] = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "cannot allocate all claims", reason)
+	}
+	nodeToStatus := framework.NewNodeToStatus(statuses, fwk.NewStatus(fwk.UnschedulableAndUnresolvable))
+	note := pl.withheldSummary(ctx, state, pending, nodeToStatus)
+	if !strings.HasPrefix(note, "devices withheld because kubelet reported them Unhealthy: gpu.example.com/node-0/gpu-0 (") || !strings.HasSuffix(note, fmt.Sprintf("and %d more", nodes-maxWithheldInMessage)) {
+		t.Errorf("note = %q; want the first devices named and the rest counted", note)
+	}
+	fitError := &framework.FitError{Pod: pending, NumAllNodes: nodes, Diagnosis: framework.Diagnosis{NodeToStatus: nodeToStatus, PostFilterMsg: note}}
+	message := fitError.Error()
+	if !strings.Contains(message, fmt.Sprintf("%d %s", nodes, withheldReason)) {
+		t.Errorf("the message does not count the nodes: %s", message)
+	}
+	if len(message) > 1024 {
+		t.Errorf("the message of %d nodes is %d bytes, want under 1 KiB:\n%s", nodes, len(message), message)
+	}
+	t.Logf("%d bytes: %s", len(message), message)
 }
