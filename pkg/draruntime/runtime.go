@@ -39,6 +39,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/utils/clock"
 
 	"github.com/drascope/drascope/apis/config"
 	"github.com/drascope/drascope/apis/config/validation"
@@ -243,7 +244,7 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 			config.DeviceHealthTaint, r.taintRules.why, config.DeviceHealthAvoid)
 	}
 	r.informers = h.SharedInformerFactory()
-	r.waiting = newWaitingPods(h)
+	r.waiting = newWaitingPods(h, clock.RealClock{})
 	if _, err := r.informers.Core().V1().Pods().Informer().AddEventHandler(r.waiting.handlers()); err != nil {
 		return fmt.Errorf("pods waiting for a withheld or held device: %w", err)
 	}

@@ -2,6 +2,8 @@ package draruntime
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -20,6 +23,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/apis/config"
@@ -361,7 +365,7 @@ func gauge(t *testing.T, name string, labels map[string]string) float64 {
 // A waiting pod is forgotten once bound or deleted: a device that never
 // recovers must not keep every pod ever refused near it.
 func TestWaitingPodsAreForgottenWhenBoundOrDeleted(t *testing.T) {
-	w := newWaitingPods(&activations{})
+	w := newWaitingPods(&activations{}, testingclock.NewFakeClock(time.Now()))
 	bound := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bound", UID: "1"}}
 	deleted := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "deleted", UID: "2"}}
 	still := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "still", UID: "3"}}
@@ -382,7 +386,7 @@ func TestWaitingPodsAreForgottenWhenBoundOrDeleted(t *testing.T) {
 func TestWaitingPodsAreActivatedOnce(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
 	a := &activations{}
-	w := newWaitingPods(a)
+	w := newWaitingPods(a, testingclock.NewFakeClock(time.Now()))
 	w.activate(logger, "test") // nobody waits: no call
 	w.add(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "1"}})
 	w.add(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "1"}})
@@ -390,5 +394,59 @@ func TestWaitingPodsAreActivatedOnce(t *testing.T) {
 	w.activate(logger, "test")
 	if got := a.activated(); len(got) != 1 || len(got[0]) != 1 || got[0]["ns/p"] == nil {
 		t.Errorf("activations %v, want ns/p once", got)
+	}
+}
+
+// One recovery beside 200 waiting pods retries them 64 at a time, a
+// second apart, the longest waiting first; a pod bound meanwhile is not
+// retried, and one refused again after its retry waits for the next
+// recovery rather than this one's later batches.
+func TestWaitingPodsAreActivatedInBatches(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	a := &activations{}
+	clk := testingclock.NewFakeClock(time.Now())
+	w := newWaitingPods(a, clk)
+	pod := func(i int) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("p%03d", i), UID: types.UID(fmt.Sprint(i))}}
+	}
+	for i := range 200 {
+		w.add(pod(i))
+	}
+	w.activate(logger, "test")
+	batches := func() []int {
+		var sizes []int
+		for _, batch := range a.activated() {
+			sizes = append(sizes, len(batch))
+		}
+		return sizes
+	}
+	if got := batches(); !slices.Equal(got, []int{activateBatch}) {
+		t.Fatalf("batches %v right after the recovery, want one of %d", got, activateBatch)
+	}
+	for i := range activateBatch {
+		if a.activated()[0][fmt.Sprintf("ns/p%03d", i)] == nil {
+			t.Fatalf("the first batch lacks p%03d, one of the longest waiting", i)
+		}
+	}
+	w.remove(pod(100).UID) // bound meanwhile
+	w.add(pod(0))          // retried, and refused again
+	for i := range 3 {
+		waitFor(context.Background(), t, "the next batch to be scheduled", clk.HasWaiters)
+		clk.Step(activateInterval)
+		waitFor(context.Background(), t, "the next batch", func() bool { return len(a.activated()) == i+2 })
+	}
+	if got := batches(); !slices.Equal(got, []int{64, 64, 64, 7}) {
+		t.Errorf("batches %v, want 64, 64, 64 and the 7 left of the 199 still waiting", got)
+	}
+	for _, batch := range a.activated()[1:] {
+		if batch["ns/p100"] != nil || batch["ns/p000"] != nil {
+			t.Errorf("a later batch retried a pod bound meanwhile or one refused again: %v", batch)
+		}
+	}
+	w.mu.Lock()
+	draining := w.draining
+	w.mu.Unlock()
+	if w.len() != 1 || clk.HasWaiters() || draining {
+		t.Errorf("%d pods waiting (want p000, refused again), a batch still scheduled: %v", w.len(), clk.HasWaiters() || draining)
 	}
 }

@@ -1,13 +1,17 @@
 package draruntime
 
 import (
+	"cmp"
+	"slices"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/clock"
 
 	"github.com/drascope/drascope/pkg/informerevents"
 )
@@ -17,14 +21,41 @@ import (
 // retried when a device recovers or a hold ends, which no API event
 // announces (the end of a hold time; a released allocation found never
 // written).
+//
+// A retry moves pods to the active queue past their backoff, so one
+// recovery retries at most activateBatch of them, the longest waiting
+// first, and the next batch activateInterval later: a device that recovers
+// beside thousands of pending pods must not put them all in front of every
+// other pod at once.
 type waitingPods struct {
 	activator fwk.PodActivator
+	clock     clock.Clock
 	mu        sync.Mutex
-	pods      map[types.UID]*v1.Pod
+	pods      map[types.UID]waitingPod
+	// next numbers the pods in the order they started to wait.
+	next uint64
+	// due are the pods a retry is still to activate, oldest first;
+	// draining is set while a later batch is scheduled.
+	due      []types.UID
+	draining bool
 }
 
-func newWaitingPods(activator fwk.PodActivator) *waitingPods {
-	return &waitingPods{activator: activator, pods: map[types.UID]*v1.Pod{}}
+type waitingPod struct {
+	pod   *v1.Pod
+	since uint64
+	// due: in the due list.
+	due bool
+}
+
+const (
+	// activateBatch bounds the pods one retry moves to the active queue.
+	activateBatch = 64
+	// activateInterval is the pause between two batches of one retry.
+	activateInterval = time.Second
+)
+
+func newWaitingPods(activator fwk.PodActivator, clk clock.Clock) *waitingPods {
+	return &waitingPods{activator: activator, clock: clk, pods: map[types.UID]waitingPod{}}
 }
 
 // handlers forget a waiting pod once it is bound or deleted: only
@@ -45,6 +76,7 @@ func (w *waitingPods) handlers() cache.ResourceEventHandler {
 	}
 }
 
+// remove forgets a pod; a due list entry of a pod gone is skipped.
 func (w *waitingPods) remove(uid types.UID) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -61,24 +93,65 @@ func (w *waitingPods) len() int {
 func (w *waitingPods) add(pod *v1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.pods[pod.UID] = pod
-}
-
-// activate retries every waiting pod and forgets them: a pod refused again
-// is added again by Filter. Pods that were deleted or scheduled meanwhile
-// are ignored by the scheduling queue, which every profile shares.
-func (w *waitingPods) activate(logger klog.Logger, why string) {
-	w.mu.Lock()
-	if len(w.pods) == 0 {
-		w.mu.Unlock()
+	if waiting, ok := w.pods[pod.UID]; ok {
+		waiting.pod = pod
+		w.pods[pod.UID] = waiting
 		return
 	}
-	pods := make(map[string]*v1.Pod, len(w.pods))
-	for _, pod := range w.pods {
-		pods[pod.Namespace+"/"+pod.Name] = pod
+	w.pods[pod.UID] = waitingPod{pod: pod, since: w.next}
+	w.next++
+}
+
+// activate retries every waiting pod, in batches, and forgets each as it
+// is retried: a pod refused again is added again by Filter, and waits for
+// the next recovery rather than this one's later batches. Pods that were
+// deleted or scheduled meanwhile are ignored by the scheduling queue,
+// which every profile shares.
+func (w *waitingPods) activate(logger klog.Logger, why string) {
+	w.mu.Lock()
+	var added []types.UID
+	for uid, waiting := range w.pods {
+		if !waiting.due {
+			waiting.due = true
+			w.pods[uid] = waiting
+			added = append(added, uid)
+		}
 	}
-	clear(w.pods)
+	slices.SortFunc(added, func(a, b types.UID) int { return cmp.Compare(w.pods[a].since, w.pods[b].since) })
+	w.due = append(w.due, added...)
 	w.mu.Unlock()
-	logger.V(3).Info(why, "pods", len(pods))
-	w.activator.Activate(logger, pods)
+	w.activateNext(logger, why)
+}
+
+// activateNext activates the next batch of due pods, and schedules the one
+// after it.
+func (w *waitingPods) activateNext(logger klog.Logger, why string) {
+	w.mu.Lock()
+	batch := map[string]*v1.Pod{}
+	for len(w.due) > 0 && len(batch) < activateBatch {
+		uid := w.due[0]
+		w.due = w.due[1:]
+		if waiting, ok := w.pods[uid]; ok && waiting.due {
+			batch[waiting.pod.Namespace+"/"+waiting.pod.Name] = waiting.pod
+			delete(w.pods, uid)
+		}
+	}
+	left := len(w.due)
+	if left > 0 && !w.draining {
+		w.draining = true
+		after := w.clock.After(activateInterval)
+		go func() {
+			<-after
+			w.mu.Lock()
+			w.draining = false
+			w.mu.Unlock()
+			w.activateNext(logger, why)
+		}()
+	}
+	w.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	logger.V(3).Info(why, "pods", len(batch), "stillDue", left)
+	w.activator.Activate(logger, batch)
 }
