@@ -428,6 +428,10 @@ func TestWaitingPodsAreActivatedInBatches(t *testing.T) {
 			t.Fatalf("the first batch lacks p%03d, one of the longest waiting", i)
 		}
 	}
+	w.activate(logger, "test") // a second recovery keeps the pace
+	if got := batches(); !slices.Equal(got, []int{activateBatch}) {
+		t.Fatalf("batches %v after a second recovery, want still one of %d", got, activateBatch)
+	}
 	w.remove(pod(100).UID) // bound meanwhile
 	w.add(pod(0))          // retried, and refused again
 	for i := range 3 {

@@ -119,7 +119,13 @@ func (w *waitingPods) activate(logger klog.Logger, why string) {
 	}
 	slices.SortFunc(added, func(a, b types.UID) int { return cmp.Compare(w.pods[a].since, w.pods[b].since) })
 	w.due = append(w.due, added...)
+	draining := w.draining
 	w.mu.Unlock()
+	if draining {
+		// A batch is scheduled: the new pods wait their turn behind
+		// those already due, so that recoveries in a row keep the pace.
+		return
+	}
 	w.activateNext(logger, why)
 }
 

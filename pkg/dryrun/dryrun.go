@@ -76,8 +76,14 @@ type Budget struct {
 	deadline time.Time
 }
 
-// NewBudget returns a budget of total.
-func NewBudget(total time.Duration) *Budget { return &Budget{total: total} }
+// NewBudget returns a budget of total; nil, no budget, for a total that is
+// not positive.
+func NewBudget(total time.Duration) *Budget {
+	if total <= 0 {
+		return nil
+	}
+	return &Budget{total: total}
+}
 
 // Context returns ctx, ending at the budget's deadline.
 func (b *Budget) Context(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -81,11 +81,16 @@ func (n *Node) needsOf(claims []*resourceapi.ResourceClaim) (needs deviceNeeds, 
 					continue
 				}
 				driver, named, found := driverOf(request.Exactly.DeviceClassName)
-				if !found {
+				count, known := countOf(request.Exactly.AllocationMode, request.Exactly.Count)
+				if !found || !known {
 					return deviceNeeds{}, false
 				}
-				needs.add(driver, named, countOf(request.Exactly.AllocationMode, request.Exactly.Count))
+				needs.add(driver, named, count)
 			case len(request.FirstAvailable) > 0:
+				if !n.cycle.allocating.Features.PrioritizedList {
+					// The allocator refuses it with an error of its own.
+					return deviceNeeds{}, false
+				}
 				fewest, driver, oneDriver := math.MaxInt, "", true
 				for i, sub := range request.FirstAvailable {
 					d, named, found := driverOf(sub.DeviceClassName)
@@ -95,8 +100,12 @@ func (n *Node) needsOf(claims []*resourceapi.ResourceClaim) (needs deviceNeeds, 
 					if !named || (i > 0 && d != driver) {
 						oneDriver = false
 					}
+					count, known := countOf(sub.AllocationMode, sub.Count)
+					if !known {
+						return deviceNeeds{}, false
+					}
 					driver = d
-					fewest = min(fewest, countOf(sub.AllocationMode, sub.Count))
+					fewest = min(fewest, count)
 				}
 				needs.add(driver, oneDriver, fewest)
 			}
@@ -113,11 +122,17 @@ func (d *deviceNeeds) add(driver string, named bool, count int) {
 	}
 }
 
-func countOf(mode resourceapi.DeviceAllocationMode, count int64) int {
-	if mode == resourceapi.DeviceAllocationModeAll || count < 1 {
-		return 1
+// countOf is the fewest devices a request of the mode and count takes:
+// one for All (the allocator requires one), the count otherwise; known is
+// false for a mode this check does not know, which the allocator judges.
+func countOf(mode resourceapi.DeviceAllocationMode, count int64) (n int, known bool) {
+	switch mode {
+	case resourceapi.DeviceAllocationModeAll:
+		return 1, true
+	case resourceapi.DeviceAllocationModeExactCount, "":
+		return int(max(0, min(count, math.MaxInt32))), true
 	}
-	return int(min(count, math.MaxInt32))
+	return 0, false
 }
 
 // freeDevices bound, by driver, how many of a node share's devices not in
@@ -136,8 +151,7 @@ type counterKey struct {
 	set, counter string
 }
 
-// freeDevices counts the share's free devices. Only the slices of each
-// pool's highest generation count, as for the allocator. A free device
+// freeDevices counts the share's free devices. A free device
 // that consumes counters is assigned to the counter it can be allocated
 // least often from (what is left of it divided by what the device
 // consumes); all devices assigned to one counter can be allocated together
@@ -149,8 +163,15 @@ func (n *Node) freeDevices() freeDevices {
 	generation := map[pool]int64{}
 	for _, slice := range n.slices {
 		p := pool{driver: slice.Spec.Driver, name: slice.Spec.Pool.Name}
-		if g, seen := generation[p]; !seen || slice.Spec.Pool.Generation > g {
+		g, seen := generation[p]
+		switch {
+		case !seen:
 			generation[p] = slice.Spec.Pool.Generation
+		case g != slice.Spec.Pool.Generation:
+			// The allocator picks among the generations by which slices
+			// reach the node; rather than follow it, the driver counts as
+			// unlimited while one of its pools is between generations.
+			free.unlimited[p.driver] = true
 		}
 	}
 	current := func(slice *resourceapi.ResourceSlice) bool {

@@ -87,6 +87,18 @@ func TestOneMoreThanTheNodeHasIsNotSearched(t *testing.T) {
 	}
 }
 
+// A pool between generations: the allocator chooses among them by which
+// slices reach the node, so MayFit does not count its driver's devices.
+func TestMayFitDoesNotCountAPoolBetweenGenerations(t *testing.T) {
+	older, newer := identicalGPUs("node-0", 16), identicalGPUs("node-0", 4)
+	newer.Name, newer.Spec.Pool.Generation = "node-0-newer", 2
+	cycle := dryrun.NewCycle(dryrun.Allocating{Features: allFeatures, Classes: dracases.Classes, CEL: dracases.CEL},
+		emptyState(), nil, []*resourceapi.ResourceSlice{older, newer})
+	if !cycle.Node(nodeNamed("node-0")).MayFit(oneEach("gpu", 8)) {
+		t.Error("MayFit refused eight GPUs of a pool between generations of 16 and 4")
+	}
+}
+
 // A search the count cannot refuse (a class that selects by attribute,
 // not by driver, so every device of the node counts) is ended by the run
 // timeout, and said to be.

@@ -293,7 +293,7 @@ func (pl *DRAScope) PodGroupPostFilter(ctx context.Context, state fwk.PodGroupCy
 	for _, n := range nodeInfos {
 		nodes = append(nodes, n.Node())
 	}
-	planCtx, cancel := context.WithTimeout(ctx, pl.cycleBudget)
+	planCtx, cancel := dryrun.NewBudget(pl.cycleBudget).Context(ctx)
 	placements, err := gangplan.Plan(planCtx, cycle, nodes, members, allocatorRuns)
 	cancel()
 	if err != nil || placements == nil {

@@ -60,9 +60,12 @@ type whatIf struct {
 	// releasing is shared by every clone: read once, when a dry run
 	// first needs it.
 	releasing *releasing
-	// budget, shared by every clone, bounds the cycle's dry runs
-	// together: preemption tries many nodes, each on a clone.
-	budget *dryrun.Budget
+	// preemptionBudget and nominatedBudget, shared by every clone, bound
+	// the cycle's what-ifs together: preemption's dry runs (it tries many
+	// nodes, each on a clone), and Filter's pass with the pods nominated
+	// to each node. Each starts with its first run, so that one does not
+	// spend the other's.
+	preemptionBudget, nominatedBudget *dryrun.Budget
 	// In a pod-group preemption's dry run (gangpreemption.go): dryRun is
 	// the run, chosen (shared by every clone) the devices the member's
 	// Reserve put in flight, reinstated (each clone's own) the victims
@@ -152,11 +155,12 @@ func (pl *DRAScope) newWhatIf(view *cycleView, claims *podClaims) *whatIf {
 		state.AggregatedCapacity = structured.NewConsumedCapacityCollection()
 	}
 	return &whatIf{
-		cycle:     dryrun.NewCycle(pl.allocating, state, view.seen.kept, view.slices),
-		claims:    claims.toAllocate,
-		removed:   map[types.UID]*v1.Pod{},
-		releasing: &releasing{},
-		budget:    dryrun.NewBudget(pl.cycleBudget),
+		cycle:            dryrun.NewCycle(pl.allocating, state, view.seen.kept, view.slices),
+		claims:           claims.toAllocate,
+		removed:          map[types.UID]*v1.Pod{},
+		releasing:        &releasing{},
+		preemptionBudget: dryrun.NewBudget(pl.cycleBudget),
+		nominatedBudget:  dryrun.NewBudget(pl.cycleBudget),
 	}
 }
 
@@ -253,7 +257,11 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 	if node == nil {
 		return fwk.NewStatus(fwk.Error, "node not found")
 	}
-	ctx, cancel := w.budget.Context(ctx)
+	budget := w.nominatedBudget
+	if w.preempting {
+		budget = w.preemptionBudget
+	}
+	ctx, cancel := budget.Context(ctx)
 	defer cancel()
 	n := w.cycle.Node(node)
 	for _, allocation := range pl.allocationsFreedBy(w.removed, w.removed, podsOn(nodeInfo, w.added)) {
@@ -288,7 +296,9 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return fwk.AsStatus(fmt.Errorf("node %s: timed out trying to allocate devices", node.Name))
+		// One reason for every node, so that the pod's message counts
+		// them; not an error, which preemption would list node by node.
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "timed out trying to allocate devices")
 	case err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode):
 		return fwk.AsStatus(err)
 	case results != nil:
@@ -587,8 +597,6 @@ func (pl *DRAScope) nominatedNodeAwaitingVictims(ctx context.Context, pod *v1.Po
 	if len(leaving) == 0 && !releasing {
 		return ""
 	}
-	ctx, cancel := w.budget.Context(ctx)
-	defer cancel()
 	if results, err := n.Allocate(ctx, w.claims); err != nil || results == nil {
 		// Its nomination is stale (a pod of higher priority took the
 		// devices): every node is offered again.
@@ -712,7 +720,7 @@ func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, p
 	if err != nil {
 		return ""
 	}
-	ctx, cancel := w.budget.Context(ctx)
+	ctx, cancel := dryrun.NewBudget(pl.cycleBudget).Context(ctx)
 	defer cancel()
 	checked := 0
 	for _, name := range nodes {

@@ -59,7 +59,11 @@ func (pl *DRAScope) filterExplained(ctx context.Context, state fwk.CycleState, p
 // withheldReasonFor is Filter's reason for refusing a node that reaches
 // withheld devices the pod could use; "" when it reaches none.
 func (pl *DRAScope) withheldReasonFor(ctx context.Context, w *withheldDevices, node *v1.Node) string {
-	if node == nil || len(pl.withheldFrom(ctx, w, node.Name)) == 0 {
+	if node == nil {
+		return ""
+	}
+	pl.withheldFrom(ctx, w) // groups them, once
+	if len(w.byNode[node.Name]) == 0 && len(w.anyNode) == 0 {
 		return ""
 	}
 	return withheldReason
