@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
@@ -29,16 +31,55 @@ func (s *scenario) gpuNodes(n, gpus int) []string {
 	return nodes
 }
 
+// burstGate holds a burst's pods back until all of them exist.
+const burstGate = "drascope.test/burst"
+
 // burst creates n pods for scheduler, each with its own claim from the
-// template "gpu", named <prefix>-<i>.
+// template "gpu", named <prefix>-<i>, and then lets the scheduler see them
+// all at once. Created one by one they would reach the scheduler at the
+// pace of the creates, and on a loaded machine a scheduler that keeps up
+// places each pod as it comes: a fault test would then find nothing in
+// flight. So every pod is created behind a scheduling gate, and the gates
+// are lifted together, by parallel patches.
 func (s *scenario) burst(prefix string, n int, scheduler string) []string {
 	s.t.Helper()
 	names := make([]string, n)
+	gated := func(pod *v1.Pod) { pod.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: burstGate}} }
 	for i := range names {
 		names[i] = fmt.Sprintf("%s-%03d", prefix, i)
-		s.addPod(names[i], scheduler, fromTemplate("gpu"))
+		s.addPodWith(names[i], scheduler, fromTemplate("gpu"), gated)
 	}
+	s.liftGates(names)
 	return names
+}
+
+// liftGates removes the scheduling gates of the named pods, several at a
+// time.
+func (s *scenario) liftGates(names []string) {
+	s.t.Helper()
+	const workers = 16
+	lift := []byte(`[{"op":"remove","path":"/spec/schedulingGates"}]`)
+	next := make(chan string)
+	errs := make(chan error, len(names))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for name := range next {
+				if _, err := env.client.CoreV1().Pods(s.namespace).Patch(s.ctx, name, types.JSONPatchType, lift, metav1.PatchOptions{}); err != nil {
+					errs <- fmt.Errorf("lifting the scheduling gate of %s: %w", name, err)
+				}
+			}
+		})
+	}
+	for _, name := range names {
+		next <- name
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		s.t.Fatal(err)
+	}
 }
 
 // placement counts the scenario's pods: bound, and pending with the
