@@ -53,6 +53,11 @@ type Options struct {
 	// RuntimeConfig enables API versions off by default
 	// (--runtime-config), for example scheduling.k8s.io/v1beta1=true.
 	RuntimeConfig []string
+	// AuditPolicy, when set, is an audit policy (audit.k8s.io/v1 Policy,
+	// YAML): kube-apiserver logs the requests it selects, one JSON event a
+	// line, to ControlPlane.AuditLog, synchronously, so a request's event
+	// is in the file once its response is.
+	AuditPolicy string
 }
 
 // WorkloadGates turn on upstream's workload-aware scheduling (the PodGroup
@@ -81,6 +86,10 @@ type ControlPlane struct {
 	// restarted apiserver and for the controller manager.
 	featureGates  []string
 	runtimeConfig []string
+	// AuditLog is kube-apiserver's audit log (Options.AuditPolicy); empty
+	// without a policy. A restarted apiserver appends to it.
+	AuditLog  string
+	auditArgs []string
 
 	mu        sync.Mutex
 	processes []*Process
@@ -158,6 +167,15 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	cp := &ControlPlane{Dir: dir, BinDir: opts.BinDir, adminToken: opts.AdminToken,
 		featureGates: featureGateFlags(opts.FeatureGates), runtimeConfig: runtimeConfigFlags(opts.RuntimeConfig)}
+	if opts.AuditPolicy != "" {
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(opts.AuditPolicy), 0o600); err != nil {
+			return nil, err
+		}
+		cp.AuditLog = filepath.Join(dir, "audit.log")
+		cp.auditArgs = []string{"--audit-policy-file=" + policy, "--audit-log-path=" + cp.AuditLog,
+			"--audit-log-format=json", "--audit-log-mode=blocking"}
+	}
 	if err := cp.startEtcd(ctx); err != nil {
 		cp.Stop()
 		return nil, err
@@ -258,7 +276,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 		"--service-account-key-file=" + cp.saKeyFile, "--service-account-signing-key-file=" + cp.saKeyFile,
 		// Without a node lifecycle controller the not-ready taint it adds never goes away.
 		"--disable-admission-plugins=TaintNodesByCondition",
-	}, slices.Concat(cp.featureGates, cp.runtimeConfig)...)...,
+	}, slices.Concat(cp.featureGates, cp.runtimeConfig, cp.auditArgs)...)...,
 	)
 	if err != nil {
 		return err

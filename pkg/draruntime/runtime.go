@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -431,8 +432,15 @@ func (r *Runtime) startPublisher(ctx context.Context, h Handle, args *config.DRA
 	logger := klog.FromContext(ctx)
 	// The scheduler's client config asks for protobuf, which a custom
 	// resource does not speak.
-	poolConfig := restclient.CopyConfig(h.KubeConfig())
+	poolConfig := restclient.AddUserAgent(restclient.CopyConfig(h.KubeConfig()), "resourcepools")
 	poolConfig.ContentType, poolConfig.AcceptContentTypes = "application/json", "application/json"
+	// One budget for the scheduling path: the ResourcePool writes take
+	// their tokens from the scheduler client's limiter
+	// (clientConnection.qps and burst, or --kube-api-qps and
+	// --kube-api-burst), which binding, claim status, taints and hold
+	// checks already share. A client of its own would let the process send
+	// twice the configured rate.
+	poolConfig.RateLimiter = sharedRateLimiter(h.ClientSet(), poolConfig.RateLimiter)
 	poolClient, err := versioned.NewForConfig(poolConfig)
 	if err != nil {
 		return nil, fmt.Errorf("ResourcePool client: %w", err)
@@ -726,4 +734,14 @@ func conflictEvents(recorder events.EventRecorderLogger, factory informers.Share
 			}
 		}
 	}
+}
+
+// sharedRateLimiter is the rate limiter of the scheduler's client, which
+// every API group of a clientset shares, or fallback when the client has
+// none (a fake in a unit test).
+func sharedRateLimiter(client kubernetes.Interface, fallback flowcontrol.RateLimiter) flowcontrol.RateLimiter {
+	if limiter := client.CoreV1().RESTClient().GetRateLimiter(); limiter != nil {
+		return limiter
+	}
+	return fallback
 }

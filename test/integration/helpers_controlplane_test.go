@@ -28,6 +28,7 @@ func startControlPlane(ctx context.Context, binDir string) (*controlPlane, error
 	cp, err := localcluster.Start(ctx, localcluster.Options{
 		BinDir: binDir, AdminToken: adminToken,
 		FeatureGates: workloadGates, RuntimeConfig: []string{localcluster.WorkloadAPI},
+		AuditPolicy: auditPolicy,
 	})
 	if err != nil {
 		return nil, err

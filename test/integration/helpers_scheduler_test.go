@@ -170,8 +170,13 @@ func schedulerConfigWithKubeconfig(src, name, kubeconfig string) (string, error)
 	return writeTempConfig(name, string(data), kubeconfig)
 }
 
-func writeTempConfig(name, config, kubeconfig string) (string, error) {
+// writeTempConfig writes config with a clientConnection of kubeconfig and
+// the further lines of clientConnection given.
+func writeTempConfig(name, config, kubeconfig string, clientConnection ...string) (string, error) {
 	path := env.cp.Dir + "/" + name + ".yaml"
 	content := config + fmt.Sprintf("\nclientConnection:\n  kubeconfig: %s\n", kubeconfig)
+	for _, line := range clientConnection {
+		content += line + "\n"
+	}
 	return path, os.WriteFile(path, []byte(content), 0o600)
 }
