@@ -294,6 +294,15 @@ func (n *Node) FreeAllBut(inUse sets.Set[structured.DeviceID]) bool {
 	return freed
 }
 
+// FreeKept marks as free the devices of ids the node's share holds in use,
+// kept ones included: for a check that must not refuse a node for devices
+// whose state Filter explains (those withheld as Unhealthy).
+func (n *Node) FreeKept(ids sets.Set[structured.DeviceID]) {
+	for id := range ids {
+		n.state.AllocatedDevices.Delete(id)
+	}
+}
+
 // Take marks the devices an allocation holds as in use.
 func (n *Node) Take(allocation *resourceapi.AllocationResult) {
 	n.each(allocation, func(id structured.DeviceID) {

@@ -199,3 +199,28 @@ func TestMayFitNeverRefusesWhatFits(t *testing.T) {
 	}
 	t.Logf("MayFit refused %d node verdicts", refused)
 }
+
+// Devices kept in use for no claim (withheld as Unhealthy) do not count
+// free, and FreeKept makes them count, for the node's share only.
+func TestFreeKeptCountsKeptDevicesFree(t *testing.T) {
+	state := emptyState()
+	kept := sets.New[structured.DeviceID]()
+	for i := range 4 {
+		id := structured.MakeDeviceID(dracases.GPUDriver, "node-0", fmt.Sprintf("gpu-%d", i))
+		state.AllocatedDevices.Insert(id)
+		kept.Insert(id)
+	}
+	cycle := dryrun.NewCycle(dryrun.Allocating{Features: allFeatures, Classes: dracases.Classes, CEL: dracases.CEL},
+		state, kept, []*resourceapi.ResourceSlice{identicalGPUs("node-0", 8)})
+	n := cycle.Node(nodeNamed("node-0"))
+	if n.MayFit(oneEach("gpu", 5)) {
+		t.Fatal("five GPUs on a node with four of eight kept: MayFit says yes")
+	}
+	n.FreeKept(kept)
+	if !n.MayFit(oneEach("gpu", 8)) {
+		t.Error("after FreeKept, eight GPUs on eight: MayFit says no")
+	}
+	if cycle.Node(nodeNamed("node-0")).MayFit(oneEach("gpu", 5)) {
+		t.Error("FreeKept on one node's share changed the cycle's")
+	}
+}

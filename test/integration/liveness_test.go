@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,10 @@ func TestHostileRequestsDoNotStallScheduling(t *testing.T) {
 		// at once, and finds none (drascope_gang_plans_total{result=
 		// "NoPlan"}) without a timed-out run.
 		planned bool
+		// refusal, when set, is what the hostile pods' PodScheduled
+		// condition must say, as Unschedulable: no search ran into
+		// upstream's Filter timeout, which is a scheduling error.
+		refusal string
 	}{{
 		name: "gang-17x1-on-16",
 		hostile: func(s *scenario, node string) []string {
@@ -65,14 +70,16 @@ func TestHostileRequestsDoNotStallScheduling(t *testing.T) {
 		},
 		planned: true,
 	}, {
-		// Upstream's Filter runs the allocator for this pod, under
-		// filterTimeout (10 s), as kube-scheduler does.
+		// Upstream's Filter would search until filterTimeout (10 s) on
+		// every attempt, as kube-scheduler does; DRAScope's Filter counts
+		// the node's free GPUs first (searchguard.go).
 		name: "pod-with-17-claims-on-16",
 		hostile: func(s *scenario, node string) []string {
 			s.addClaimTemplateForCount("one-gpu", 1)
 			s.addPodWith("many-claims", schedulerName, fromTemplate("one-gpu"), onNodes([]string{node}), withClaims(17, "one-gpu"))
 			return []string{"many-claims"}
 		},
+		refusal: "cannot allocate all claims",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScenario(t, nil)
@@ -93,8 +100,12 @@ func TestHostileRequestsDoNotStallScheduling(t *testing.T) {
 			t.Logf("the plain pod was placed %v after it was created, beside %d hostile pods", time.Since(start).Round(10*time.Millisecond), len(pending))
 
 			for _, name := range pending {
-				if pod := s.getPod(name); pod.Spec.NodeName != "" {
+				pod := s.getPod(name)
+				if pod.Spec.NodeName != "" {
 					t.Errorf("pod %s was bound to %s", name, pod.Spec.NodeName)
+				}
+				if c := scheduledCondition(pod); tc.refusal != "" && (c == nil || c.Reason != v1.PodReasonUnschedulable || !strings.Contains(c.Message, tc.refusal)) {
+					t.Errorf("pod %s: %s; want Unschedulable: %q", name, describeScheduling(pod), tc.refusal)
 				}
 			}
 			if got := s.gangOutcome(); got != (gangOutcome{}) {

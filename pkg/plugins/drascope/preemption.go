@@ -76,6 +76,12 @@ type whatIf struct {
 	// kept are the devices in use for no claim (held, withheld), which
 	// the member's allocator never gets.
 	kept sets.Set[structured.DeviceID]
+	// withheld are the cycle's devices withheld as Unhealthy, shared by
+	// every clone.
+	withheld sets.Set[structured.DeviceID]
+	// guarded: the claims ask for enough devices that Filter checks a
+	// node's free devices before upstream's search (searchguard.go).
+	guarded bool
 }
 
 // releasing is a cycle's releaseView, read once.
@@ -161,6 +167,8 @@ func (pl *DRAScope) newWhatIf(view *cycleView, claims *podClaims) *whatIf {
 		releasing:        &releasing{},
 		preemptionBudget: dryrun.NewBudget(pl.cycleBudget),
 		nominatedBudget:  dryrun.NewBudget(pl.cycleBudget),
+		withheld:         view.seen.withheld,
+		guarded:          wantedDevices(claims) >= guardedFrom,
 	}
 }
 
@@ -238,9 +246,12 @@ func (pl *DRAScope) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		return pl.filterWhatIf(ctx, state, w, pod, nodeInfo)
 	}
 	var status *fwk.Status
-	if memo := memoCycleIn(state); memo != nil {
+	switch memo := memoCycleIn(state); {
+	case w.tooFewDevices(nodeInfo):
+		status = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, cannotAllocate)
+	case memo != nil:
 		status = pl.filterMemoized(ctx, state, memo, pod, nodeInfo)
-	} else {
+	default:
 		status = pl.filterExplained(ctx, state, pod, nodeInfo)
 	}
 	if w != nil && status.Code() == fwk.UnschedulableAndUnresolvable && mayPreempt(pod) && pl.lowerPriorityPodsHoldDevices(pod, nodeInfo, nil) {

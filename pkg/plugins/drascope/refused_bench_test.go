@@ -144,7 +144,12 @@ func BenchmarkPlacedAttempt(b *testing.B) {
 // scheduler feeds it, and the pod that asks for one GPU.
 func heldCluster(ctx context.Context, tb testing.TB, nodes []string, devices int, free func(node string, device int) bool, fts feature.Features) (*DRAScope, *dynamicresources.DynamicResources, *recordingManager, *v1.Pod, []fwk.NodeInfo) {
 	tb.Helper()
-	mine := captureClaim("mine")
+	return heldClusterFor(ctx, tb, captureClaim("mine"), nodes, devices, free, fts)
+}
+
+// heldClusterFor is heldCluster with the pod's claim given.
+func heldClusterFor(ctx context.Context, tb testing.TB, mine *resourceapi.ResourceClaim, nodes []string, devices int, free func(node string, device int) bool, fts feature.Features) (*DRAScope, *dynamicresources.DynamicResources, *recordingManager, *v1.Pod, []fwk.NodeInfo) {
+	tb.Helper()
 	pod := capturePod(mine)
 	objects := []runtime.Object{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: captureDriver}}, mine, pod}
 	index := nodeprune.NewIndex(nodeprune.IndexOptions{})
