@@ -29,10 +29,14 @@ func newWebhooksCommand(configFlags *genericclioptions.ConfigFlags, streams gene
 	cmd := &cobra.Command{
 		Use:   "webhooks",
 		Short: "Find admission webhooks in the scheduler's write path, and keep them out of it",
-		Long: `Every pod drascope-scheduler places costs API writes: the pod binding, the
-claim status, events, its leader-election leases and ResourcePool status. A
-validating or mutating admission webhook that intercepts them slows
-scheduling, and with failurePolicy Fail can stop it.
+		Long: `Every pod drascope-scheduler places costs API writes: the claim (its
+finalizer) and the claim status, the pod binding and pod status, volume
+binding, events; and it writes in the background: preemption's deletions,
+PodGroup status, DRA extended resources' claims, device taint rules, its
+leader-election lease, ResourcePools, and the token and access reviews of
+/metrics. A validating
+or mutating admission webhook that intercepts them slows scheduling, and
+with failurePolicy Fail can stop it.
 
 "audit" lists the webhooks whose rules reach those writes. "exclude" adds
 exclusion rules in the form KEP-3693 proposed to a webhook configuration,

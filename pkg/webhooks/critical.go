@@ -1,6 +1,8 @@
 package webhooks
 
 import (
+	"slices"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
@@ -20,76 +22,134 @@ const (
 	schedulerLease          = "drascope-scheduler"
 )
 
-// SchedulerCriticalRules exclude the writes drascope-scheduler, as user,
-// makes for every DRA pod it places, and its background writes, from a
-// webhook; the same writes by anyone else still reach it:
-// pod bindings, claim status (allocation and reservation; with granular
-// status authorization the apiserver checks resourceclaims/binding, but
-// the request is still an update of resourceclaims/status), its leader
-// election lease, events, and ResourcePool objects. manifests/examples/
-// webhook-exclusions.yaml is the same set, commented.
+// schedulerWrite is one kind of write drascope-scheduler makes: why, and
+// the narrowest exclusion rule that matches it (the user is added).
+type schedulerWrite struct {
+	why  string
+	rule ExclusionRule
+}
+
+var (
+	create = admissionregistrationv1.Create
+	update = admissionregistrationv1.Update
+	remove = admissionregistrationv1.Delete
+)
+
+// schedulerWrites are every write drascope-scheduler makes, as admission
+// sees them (a PATCH is an UPDATE). The list is checked, not remembered:
+// the integration tests run binding, preemption, gangs, extended
+// resources, health taints, publishing and leader election on an
+// apiserver that audits every request of the scheduler's user, and fail
+// on a write this list lacks (test/integration, checkSchedulerWrites).
+// Volume binding is the one entry no scenario makes (none uses volumes);
+// it is upstream's, read from its VolumeBinding plugin.
+var schedulerWrites = []schedulerWrite{
+	{why: "Binding a pod to its node: the last write of every scheduling cycle.",
+		rule: ExclusionRule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Operations: ops(create), Resources: []string{"pods/binding"}}},
+	{why: "The claim's allocation and reservation, written in PreBind; the reservation removed when a binding fails; an idle claim deallocated in PostFilter. (With granular status authorization the apiserver checks resourceclaims/binding, but the request is an update of resourceclaims/status.)",
+		rule: ExclusionRule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"}, Operations: ops(update), Resources: []string{"resourceclaims/status"}}},
+	{why: "The claim itself: its deletion-protection finalizer, added in PreBind before the allocation; and the claims for DRA extended resources, created for a pod and deleted when its binding fails.",
+		rule: ExclusionRule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"}, Operations: ops(create, update, remove), Resources: []string{"resourceclaims"}}},
+	{why: "A pod's status: its PodScheduled condition and its nominated node.",
+		rule: ExclusionRule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Operations: ops(update), Resources: []string{"pods/status"}}},
+	{why: "Preemption: the victims are deleted.",
+		rule: ExclusionRule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Operations: ops(remove), Resources: []string{"pods"}}},
+	{why: "A PodGroup's conditions, after each of its scheduling cycles (workload-aware scheduling, docs/gangs.md).",
+		rule: ExclusionRule{APIGroups: []string{"scheduling.k8s.io"}, APIVersions: []string{"*"}, Operations: ops(update), Resources: []string{"podgroups/status"}}},
+	{why: "Volume binding, in PreBind, for pods with WaitForFirstConsumer claims (upstream's VolumeBinding plugin, on in every profile).",
+		rule: ExclusionRule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Operations: ops(update), Resources: []string{"persistentvolumes", "persistentvolumeclaims"}}},
+	{why: "DeviceTaintRules that taint devices kubelet reported Unhealthy (deviceHealth.policy Taint), and their removal.",
+		rule: ExclusionRule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"}, Operations: ops(create, update, remove), Resources: []string{"devicetaintrules"}}},
+	{why: "Leader election of the scheduler (the leader also publishes ResourcePools).",
+		rule: ExclusionRule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Operations: ops(create, update), Resources: []string{"leases"},
+			Scope: ptr.To(admissionregistrationv1.NamespacedScope), Namespaces: []string{schedulerLeaseNamespace}, ObjectNames: []string{schedulerLease}}},
+	{why: "Scheduling events (Scheduled, FailedScheduling, ...), and their series.",
+		rule: ExclusionRule{APIGroups: []string{"", "events.k8s.io"}, APIVersions: []string{"v1"}, Operations: ops(create, update), Resources: []string{"events"}}},
+	{why: "ResourcePool objects and their status (pool availability); pools that are gone are deleted.",
+		rule: ExclusionRule{APIGroups: []string{v1alpha1.GroupName}, APIVersions: []string{"*"}, Resources: []string{"resourcepools", "resourcepools/status"}}},
+	{why: "Serving /metrics: delegated authentication of each caller's token.",
+		rule: ExclusionRule{APIGroups: []string{"authentication.k8s.io"}, APIVersions: []string{"v1"}, Operations: ops(create), Resources: []string{"tokenreviews"}}},
+	{why: "Serving /metrics: delegated authorization of each caller.",
+		rule: ExclusionRule{APIGroups: []string{"authorization.k8s.io"}, APIVersions: []string{"v1"}, Operations: ops(create), Resources: []string{"subjectaccessreviews"}}},
+}
+
+func ops(o ...admissionregistrationv1.OperationType) []admissionregistrationv1.OperationType {
+	return o
+}
+
+// SchedulerCriticalRules exclude every write drascope-scheduler, as user,
+// makes (schedulerWrites) from a webhook; the same writes by anyone else
+// still reach it. manifests/examples/webhook-exclusions.yaml is the same
+// set, commented.
 func SchedulerCriticalRules(user string) []ExclusionRule {
-	rules := []ExclusionRule{
-		{
-			APIGroups: []string{""}, APIVersions: []string{"v1"},
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-			Resources:  []string{"pods/binding"},
-		},
-		{
-			APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"},
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-			Resources:  []string{"resourceclaims/status"},
-		},
-		{
-			APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"},
-			Operations:  []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-			Resources:   []string{"leases"},
-			Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
-			Namespaces:  []string{schedulerLeaseNamespace},
-			ObjectNames: []string{schedulerLease},
-		},
-		{
-			APIGroups: []string{"", "events.k8s.io"}, APIVersions: []string{"v1"},
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-			Resources:  []string{"events"},
-		},
-		{
-			APIGroups: []string{v1alpha1.GroupName}, APIVersions: []string{"*"},
-			Resources: []string{"resourcepools", "resourcepools/status"},
-		},
-	}
-	for i := range rules {
+	rules := make([]ExclusionRule, len(schedulerWrites))
+	for i, w := range schedulerWrites {
+		rules[i] = w.rule
 		rules[i].Usernames = []string{user}
 	}
 	return rules
 }
 
-// SchedulerWrites are examples of the requests drascope-scheduler makes,
-// for audit; namespaced ones are in namespace.
+// SchedulerWrites are one request of each kind drascope-scheduler makes,
+// for audit, as DefaultSchedulerUser; namespaced ones are in namespace.
 func SchedulerWrites(namespace string) []Request {
-	core := func(resource string) schema.GroupVersionResource {
-		return schema.GroupVersionResource{Version: "v1", Resource: resource}
-	}
-	pools := v1alpha1.ResourcePools
-	leases := schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
-	writes := []Request{
-		{Resource: core("pods"), SubResource: "binding", Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "pod"},
-		{Resource: schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}, SubResource: "status",
-			Operation: admissionregistrationv1.Update, Namespace: namespace, Name: "claim"},
-		{Resource: leases, Operation: admissionregistrationv1.Update, Namespace: schedulerLeaseNamespace, Name: schedulerLease},
-		{Resource: schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}, Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
-		{Resource: core("events"), Operation: admissionregistrationv1.Create, Namespace: namespace, Name: "event"},
-		{Resource: pools, Operation: admissionregistrationv1.Create, Name: "resourcepool"},
-		{Resource: pools, Operation: admissionregistrationv1.Update, Name: "resourcepool"},
-		// Under a CRD from older manifests, with a status subresource.
-		{Resource: pools, SubResource: "status", Operation: admissionregistrationv1.Update, Name: "resourcepool"},
-		// Pools that are gone, and second objects for one pool.
-		{Resource: pools, Operation: admissionregistrationv1.Delete, Name: "resourcepool"},
-		// A lease is created by the first replica that ever takes it.
-		{Resource: leases, Operation: admissionregistrationv1.Create, Namespace: schedulerLeaseNamespace, Name: schedulerLease},
-	}
-	for i := range writes {
-		writes[i].User = DefaultSchedulerUser
+	var writes []Request
+	for _, w := range schedulerWrites {
+		writes = append(writes, examples(w.rule, namespace)...)
 	}
 	return writes
+}
+
+// examples are a request of each group, resource and operation the rule
+// names, every operation where it names none.
+func examples(rule ExclusionRule, namespace string) []Request {
+	operations := rule.Operations
+	if len(operations) == 0 {
+		operations = ops(create, update, remove)
+	}
+	version := "v1"
+	if len(rule.APIVersions) > 0 && rule.APIVersions[0] != "*" {
+		version = rule.APIVersions[0]
+	}
+	var out []Request
+	for _, group := range rule.APIGroups {
+		for _, resource := range rule.Resources {
+			name, sub, _ := cutResource(resource)
+			for _, op := range operations {
+				r := Request{Resource: schema.GroupVersionResource{Group: group, Version: version, Resource: name}, SubResource: sub,
+					Operation: op, Name: "example", User: DefaultSchedulerUser}
+				if group == v1alpha1.GroupName {
+					r.Resource = v1alpha1.ResourcePools
+					r.Resource.Resource = name
+				}
+				if namespaced(group, name) {
+					r.Namespace = namespace
+				}
+				if len(rule.Namespaces) > 0 {
+					r.Namespace = rule.Namespaces[0]
+				}
+				if len(rule.ObjectNames) > 0 {
+					r.Name = rule.ObjectNames[0]
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func cutResource(resource string) (name, sub string, ok bool) {
+	for i := range resource {
+		if resource[i] == '/' {
+			return resource[:i], resource[i+1:], true
+		}
+	}
+	return resource, "", false
+}
+
+// clusterScoped are the resources of schedulerWrites without a namespace.
+var clusterScoped = []string{"devicetaintrules", "resourcepools", "tokenreviews", "subjectaccessreviews", "persistentvolumes"}
+
+func namespaced(group, resource string) bool {
+	return !slices.Contains(clusterScoped, resource)
 }

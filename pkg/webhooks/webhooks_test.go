@@ -203,8 +203,8 @@ func TestMergeStaysWithinTheLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(merged) != 63 || !strings.HasPrefix(merged[62].Name, ConditionPrefix+"merged-5-rules-") {
-		t.Fatalf("%d conditions, last %q; want 63, the 5 rules merged into one", len(merged), merged[62].Name)
+	if want := fmt.Sprintf("%smerged-%d-rules-", ConditionPrefix, len(conditions)); len(merged) != 63 || !strings.HasPrefix(merged[62].Name, want) {
+		t.Fatalf("%d conditions, last %q; want 63, the %d rules merged into one (%s...)", len(merged), merged[62].Name, len(conditions), want)
 	}
 	if errs := Check(merged[62:], SchedulerCriticalRules(DefaultSchedulerUser), field.NewPath("matchConditions"), 62); len(errs) > 0 {
 		t.Errorf("the merged condition: %v", errs)

@@ -25,8 +25,9 @@ import (
 func TestOneAPIBudgetForTheSchedulingPath(t *testing.T) {
 	const qps, burst = 20, 20
 	restartScheduler(t, func() {
-		// The publisher writes each busy pool five times a second, at
-		// any rate: only the shared budget holds it back.
+		// 64 pools, and a publisher that writes each busy pool five
+		// times a second, at any rate: only the shared budget holds it
+		// back.
 		config := shippedConfigWith(t,
 			"  leaderElect: true\n", "  leaderElect: false\n",
 			"      deviceChoice: BestFit\n", "      deviceChoice: BestFit\n      poolStatus:\n        minPublishInterval: 100ms\n        maxPublishDelay: 200ms\n        maxWritesPerSecond: 1000\n")
@@ -39,7 +40,7 @@ func TestOneAPIBudgetForTheSchedulingPath(t *testing.T) {
 		b, _ := runSchedulerBinary(t, "budget", path)
 
 		s := newScenario(t, nil)
-		s.gpuNodes(16, 4)
+		s.gpuNodes(64, 1)
 		s.burst("pod", 64, schedulerName)
 		s.waitForBound(64)
 		b.stop()
@@ -73,9 +74,11 @@ func TestOneAPIBudgetForTheSchedulingPath(t *testing.T) {
 
 		// A token bucket grants at most burst + qps*d requests in any
 		// span of time d. The apiserver's clock sees each request a little
-		// after the limiter let it go, never before, so a span may gather
-		// a few more: allow half a second's worth.
-		slack := qps / 2
+		// after the limiter let it go, never before, and a stall of the
+		// loaded machine may gather some: allow a second's worth. A
+		// publisher with a bucket of its own would add its 64 pools'
+		// creates and updates on top.
+		slack := qps
 		most, from, to := 0.0, 0, 0
 		for i := range budgeted {
 			for j := i; j < len(budgeted); j++ {

@@ -89,6 +89,14 @@ func run(m *testing.M) int {
 	if env.stopScheduler != nil {
 		env.stopScheduler()
 	}
+	// Every write the scenarios made the scheduler send must be one
+	// pkg/webhooks knows (kubectl dra webhooks audit and exclude).
+	report, err := checkSchedulerWrites(ctx)
+	fmt.Fprintf(os.Stderr, "drascope-scheduler's writes in this run, from the apiserver's audit log:\n%s", report)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "logs: %s (set DRASCOPE_KEEP_TEST_DATA=1 to keep them)\n", env.cp.Dir)
 	}

@@ -1,15 +1,26 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/internal/localcluster"
+	"github.com/drascope/drascope/pkg/webhooks"
 )
 
 // KEP-3693 through matchConditions: a webhook with failurePolicy Fail in the
@@ -47,7 +58,7 @@ func TestWebhookExclusion(t *testing.T) {
 
 	// Dry runs, on either side, write nothing.
 	out, _, err = kubectlDRA(t, "webhooks", "exclude", "--scheduler-critical", "--config", config, "--dry-run=client", "-o", "yaml")
-	if err != nil || !strings.Contains(out, "kind: ValidatingWebhookConfiguration") || strings.Count(out, "name: drascope-exclude-") != 5 {
+	if err != nil || !strings.Contains(out, "kind: ValidatingWebhookConfiguration") || strings.Count(out, "name: drascope-exclude-") != len(webhooks.SchedulerCriticalRules(webhooks.DefaultSchedulerUser)) {
 		t.Errorf("exclude --dry-run=client -o yaml: %v\n%s", err, out)
 	}
 	if out, _, err = kubectlDRA(t, "webhooks", "exclude", "--scheduler-critical", "--config", config, "--dry-run=server"); err != nil || !strings.Contains(out, "(server dry run)") {
@@ -61,7 +72,7 @@ func TestWebhookExclusion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("exclude: %v", err)
 	}
-	if want := "validatingwebhookconfiguration/" + config + ": webhook count.drascope.test: 5 match condition(s) added"; !strings.Contains(out, want) {
+	if want := fmt.Sprintf("validatingwebhookconfiguration/%s: webhook count.drascope.test: %d match condition(s) added", config, len(webhooks.SchedulerCriticalRules(webhooks.DefaultSchedulerUser))); !strings.Contains(out, want) {
 		t.Errorf("exclude printed %q, want %q", out, want)
 	}
 	s.waitForWebhookConfig(hook, node, false)
@@ -176,5 +187,107 @@ func TestWebhookExclusionKeepsExistingConditions(t *testing.T) {
 	}
 	if calls := hook.take(); calls["CREATE pods"] != 1 {
 		t.Errorf("creating a plain and a labelled pod sent the webhook %s; want the plain one only", describeCalls(calls))
+	}
+}
+
+// A webhook with failurePolicy Fail on claim updates that is down blocks
+// every DRA binding: upstream's PreBind UPDATEs the claim (its finalizer)
+// before it writes the allocation. audit names it and exits non-zero;
+// after exclude --scheduler-critical the pod binds, and an administrator's
+// update of a claim is still refused, as the webhook's owner meant.
+func TestDownWebhookOnClaimUpdates(t *testing.T) {
+	s := newScenario(t, nil)
+	s.addNode("gpus", 4)
+	s.addClaimTemplate("gpu", false)
+	probe, err := env.client.ResourceV1().ResourceClaims(s.namespace).Create(s.ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: deviceClassName},
+		}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := localcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := s.namespace + "-down"
+	if _, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(s.ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: config},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "claims.drascope.test",
+			// Nothing listens there: the webhook is down.
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d/validate", port))},
+			AdmissionReviewVersions: []string{"v1"},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			TimeoutSeconds:          ptr.To[int32](2),
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": s.namespace}},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"resourceclaims"}},
+			}},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), config, metav1.DeleteOptions{})
+	})
+	// The apiserver loads webhook configurations asynchronously: probe
+	// with a label change of the probe claim until it takes effect.
+	touch := func(client kubernetes.Interface) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			claim, err := client.ResourceV1().ResourceClaims(s.namespace).Get(s.ctx, probe.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if claim.Labels == nil {
+				claim.Labels = map[string]string{}
+			}
+			claim.Labels["touched"] = strconv.FormatInt(time.Now().UnixNano(), 10)
+			_, err = client.ResourceV1().ResourceClaims(s.namespace).Update(s.ctx, claim, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	refused := func(err error) bool { return err != nil && strings.Contains(err.Error(), "failed calling webhook") }
+	waitFor := func(what string, client kubernetes.Interface, wantRefused bool) {
+		t.Helper()
+		var last error
+		if err := wait.PollUntilContextTimeout(s.ctx, 200*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+			last = touch(client)
+			return refused(last) == wantRefused && (wantRefused || last == nil), nil
+		}); err != nil {
+			t.Fatalf("%s: the last claim update: %v", what, last)
+		}
+	}
+	waitFor("the webhook never refused a claim update", env.client, true)
+
+	out, _, err := kubectlDRA(t, "webhooks", "audit", "-n", s.namespace)
+	t.Logf("kubectl dra webhooks audit -n %s (before):\n%s", s.namespace, out)
+	if err == nil || !strings.Contains(err.Error(), "failurePolicy Fail") {
+		t.Errorf("audit before exclusion: error %v, want a blocking webhook", err)
+	}
+	if findLine(out, "Validating", config, "claims.drascope.test*", "Fail", "2s", "UPDATE", "resourceclaims.resource.k8s.io") == nil {
+		t.Errorf("audit does not name the webhook with the claim update that reaches it:\n%s", out)
+	}
+
+	s.addPod("blocked", schedulerName, fromTemplate("gpu"))
+	s.waitForPodNotScheduled("blocked")
+	if pod := s.getPod("blocked"); !strings.Contains(describeScheduling(pod), "webhook") {
+		t.Errorf("pod blocked: %s; want the webhook named", describeScheduling(pod))
+	}
+
+	if _, _, err := kubectlDRA(t, "webhooks", "exclude", "--scheduler-critical", "--config", config); err != nil {
+		t.Fatalf("exclude: %v", err)
+	}
+	waitFor("after exclusion, the scheduler's claim update is still refused", asScheduler(t), false)
+	s.waitForPodScheduled("blocked")
+	if err := touch(env.client); !refused(err) {
+		t.Errorf("after exclusion, an administrator's claim update: %v; want it refused by the webhook that is down", err)
+	}
+	if code, out := runAsAdmin(t, "kubectl-dra", "webhooks", "audit", "-n", s.namespace); code != 0 {
+		t.Errorf("bin/kubectl-dra webhooks audit exit code %d after exclusion, want 0:\n%s", code, out)
 	}
 }
