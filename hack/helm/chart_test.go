@@ -188,6 +188,24 @@ func TestChartDefaultsRenderTheManifests(t *testing.T) {
 	compare(t, normalized(t, render(t, "--kube-version", "1.35.0")), normalized(t, kustomized(t)))
 }
 
+// controlPlane.enabled renders the Deployment as the kustomize component
+// manifests/components/control-plane patches it.
+func TestChartControlPlaneIsTheComponent(t *testing.T) {
+	const deployment = "Deployment/kube-system/drascope-scheduler"
+	out, err := run(t, "kubectl", "kustomize", filepath.Join(repoRoot, "manifests/examples/control-plane"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashed := regexp.MustCompile(`drascope-scheduler-config-[a-z0-9]{10}\b`)
+	want := normalized(t, objects(t, hashed.ReplaceAll(out, []byte("drascope-scheduler-config"))))[deployment]
+	got := normalized(t, render(t, "controlPlane.enabled=true"))[deployment]
+	compare(t, map[string]object{deployment: got}, map[string]object{deployment: want})
+	spec := got["spec"].(object)["template"].(object)["spec"].(object)
+	if spec["nodeSelector"] == nil || spec["tolerations"] == nil {
+		t.Errorf("controlPlane.enabled=true: nodeSelector %v, tolerations %v; want the control-plane's", spec["nodeSelector"], spec["tolerations"])
+	}
+}
+
 // replaceKubeScheduler serves config-two-profiles.yaml, as the README's
 // kustomize change does, and routes no pods: this one process serves
 // default-scheduler too. Gangs are still disrupted whole.
@@ -260,10 +278,13 @@ func TestChartOptionalParts(t *testing.T) {
 			t.Errorf("%s rendered with its value off", key)
 		}
 	}
-	on := render(t, "monitoring.prometheusRule=true", "monitoring.dashboard=true", "extraArgs={--emulated-version=1.36}")
+	on := render(t, "monitoring.prometheusRule=true", "monitoring.dashboard=true", "extraArgs={--emulated-version=1.36}", "resources.requests.memory=4Gi")
 	container := on["Deployment/kube-system/drascope-scheduler"]["spec"].(object)["template"].(object)["spec"].(object)["containers"].([]any)[0].(object)
 	if command := fmt.Sprint(container["command"]); !strings.HasSuffix(command, "--v=2 --emulated-version=1.36]") {
 		t.Errorf("command with extraArgs: %s, want the shipped command and then --emulated-version=1.36", command)
+	}
+	if requests := container["resources"].(object)["requests"].(object); requests["memory"] != "4Gi" || requests["cpu"] != "100m" {
+		t.Errorf("requests with resources.requests.memory=4Gi: %v, want 4Gi and the shipped CPU", requests)
 	}
 	data, err := os.ReadFile(filepath.Join(repoRoot, "manifests/monitoring/prometheusrule.yaml"))
 	if err != nil {
