@@ -34,8 +34,10 @@ func claimOfOneGPURequests(n int) *resourceapi.ResourceClaim {
 // count, as upstream's Filter refuses claims it finds no devices for,
 // without upstream's search, which tries every assignment first. Filter
 // runs on a context already cancelled: upstream's allocator stops at its
-// first check of the context with an error, so only a refusal that ran no
-// search is Unschedulable. A pod that fits is still placed.
+// first check of the context and refuses with "asked by caller to stop
+// allocating devices", so only a refusal that ran no search gives
+// upstream's reason for claims that do not fit. A pod that fits is still
+// placed.
 func TestFilterCountsBeforeUpstreamSearches(t *testing.T) {
 	for _, tc := range []struct {
 		requests int
