@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"slices"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -114,7 +115,7 @@ func examples(rule ExclusionRule, namespace string) []Request {
 	var out []Request
 	for _, group := range rule.APIGroups {
 		for _, resource := range rule.Resources {
-			name, sub, _ := cutResource(resource)
+			name, sub, _ := strings.Cut(resource, "/")
 			for _, op := range operations {
 				r := Request{Resource: schema.GroupVersionResource{Group: group, Version: version, Resource: name}, SubResource: sub,
 					Operation: op, Name: "example", User: DefaultSchedulerUser}
@@ -122,7 +123,7 @@ func examples(rule ExclusionRule, namespace string) []Request {
 					r.Resource = v1alpha1.ResourcePools
 					r.Resource.Resource = name
 				}
-				if namespaced(group, name) {
+				if !slices.Contains(clusterScoped, name) {
 					r.Namespace = namespace
 				}
 				if len(rule.Namespaces) > 0 {
@@ -138,18 +139,5 @@ func examples(rule ExclusionRule, namespace string) []Request {
 	return out
 }
 
-func cutResource(resource string) (name, sub string, ok bool) {
-	for i := range resource {
-		if resource[i] == '/' {
-			return resource[:i], resource[i+1:], true
-		}
-	}
-	return resource, "", false
-}
-
 // clusterScoped are the resources of schedulerWrites without a namespace.
 var clusterScoped = []string{"devicetaintrules", "resourcepools", "tokenreviews", "subjectaccessreviews", "persistentvolumes"}
-
-func namespaced(group, resource string) bool {
-	return !slices.Contains(clusterScoped, resource)
-}
