@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"maps"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +29,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -143,14 +145,64 @@ func BinPath(binDir, name string) (string, error) {
 	return path, nil
 }
 
-// FreePort returns a TCP port on loopback that nothing listens on now.
+// FreePort returns a TCP port on loopback that nothing listens on now,
+// below the kernel's range of ephemeral ports. A port from that range,
+// which listening on port 0 gives, can be taken by an outgoing connection
+// between this check and the server's own bind (seen: etcd's "bind:
+// address already in use" while a busy kube-apiserver opened
+// connections); a port below it is only ever taken by a listener. Ports
+// are handed out once per process.
 func FreePort() (int, error) {
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	if low := ephemeralLow(); low-firstPort >= 1000 {
+		for range 100 {
+			port := firstPort + mathrand.IntN(low-firstPort)
+			if freePorts.given.Has(port) {
+				continue
+			}
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				continue
+			}
+			_ = l.Close()
+			freePorts.given.Insert(port)
+			return port, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// firstPort is the lowest port FreePort hands out: above the well-known
+// and most registered services' ports.
+const firstPort = 10000
+
+var freePorts = struct {
+	sync.Mutex
+	given sets.Set[int]
+}{given: sets.New[int]()}
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or
+// Linux's default first port where it cannot be read.
+func ephemeralLow() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return 32768
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return 32768
+	}
+	return low
 }
 
 // Start runs etcd and kube-apiserver (RBAC authorization, the admin token,

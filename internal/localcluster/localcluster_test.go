@@ -134,3 +134,23 @@ func TestWaitReadyReportsAnExit(t *testing.T) {
 		t.Fatalf("want the exit with the log's tail, got %v", err)
 	}
 }
+
+// Ports below the ephemeral range, once each: no outgoing connection can
+// take one between FreePort and the server's bind.
+func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
+	low := ephemeralLow()
+	seen := map[int]bool{}
+	for range 50 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port < firstPort || port >= low {
+			t.Errorf("port %d, want one in [%d, %d)", port, firstPort, low)
+		}
+		if seen[port] {
+			t.Errorf("port %d handed out twice", port)
+		}
+		seen[port] = true
+	}
+}

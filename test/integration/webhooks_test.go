@@ -171,8 +171,9 @@ func TestWebhookExclusionKeepsExistingConditions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if conditions := got.Webhooks[0].MatchConditions; len(conditions) != 6 || conditions[0] != skip {
-		t.Fatalf("match conditions %+v; want %s kept first, then 5 of drascope's", conditions, skip.Name)
+	want := len(webhooks.SchedulerCriticalRules(webhooks.DefaultSchedulerUser))
+	if conditions := got.Webhooks[0].MatchConditions; len(conditions) != 1+want || conditions[0] != skip {
+		t.Fatalf("match conditions %+v; want %s kept first, then %d of drascope's", conditions, skip.Name, want)
 	}
 	s.waitForWebhookConfig(hook, node, false)
 	hook.take()
