@@ -143,11 +143,17 @@ PERF_WORKLOADS ?=
 # Absolute, because the run starts in test/perf.
 override PERF_OUT := $(abspath $(PERF_OUT))
 
+# scheduler_perf's in-process kube-apiserver reads fixtures beside its own
+# source, which it finds from runtime.Caller; under -trimpath that path is
+# relative, and upstream then joins it to TEST_SRCDIR/TEST_WORKSPACE (its
+# seam for Bazel's trimmed builds). The module cache holds that source.
+PERF_SRCDIR = TEST_SRCDIR=$(shell $(GO) env GOMODCACHE) TEST_WORKSPACE=.
+
 # run-perf <set> <label filter>
 define run-perf
 	rm -rf $(PERF_OUT)/$(1) && mkdir -p $(PERF_OUT)/$(1)
 	@echo "scheduler_perf: $(1) workloads; log in $(PERF_OUT)/$(1)/output.log"
-	cd test/perf && PATH=$(BIN):$$PATH TMPDIR=$(PERF_TMPDIR) $(GO) test . -run '^$$' -bench 'BenchmarkPerfScheduling$(if $(PERF_WORKLOADS),/$(PERF_WORKLOADS))' -benchtime 1x -timeout $(PERF_TIMEOUT) \
+	cd test/perf && PATH=$(BIN):$$PATH TMPDIR=$(PERF_TMPDIR) $(PERF_SRCDIR) $(GO) test . -run '^$$' -bench 'BenchmarkPerfScheduling$(if $(PERF_WORKLOADS),/$(PERF_WORKLOADS))' -benchtime 1x -timeout $(PERF_TIMEOUT) \
 		-args -perf-scheduling-label-filter=$(2) -data-items-dir=$(PERF_OUT)/$(1) -perf-cpuprofile $(PERF_FLAGS) >$(PERF_OUT)/$(1)/output.log 2>&1 || \
 		{ grep -E -B2 -A8 -- '^\s*--- FAIL|ERROR|Error running' $(PERF_OUT)/$(1)/output.log | tail -n 120; echo "scheduler_perf failed; full log: $(PERF_OUT)/$(1)/output.log"; exit 1; }
 	$(GO) run ./test/perf/report $(PERF_OUT)/$(1) | tee $(PERF_OUT)/$(1)/table.md

@@ -38,12 +38,13 @@ var (
 
 // schedulerWrites are every write drascope-scheduler makes, as admission
 // sees them (a PATCH is an UPDATE). The list is checked, not remembered:
-// the integration tests run binding, preemption, gangs, extended
-// resources, health taints, publishing and leader election on an
-// apiserver that audits every request of the scheduler's user, and fail
-// on a write this list lacks (test/integration, checkSchedulerWrites).
-// Volume binding is the one entry no scenario makes (none uses volumes);
-// it is upstream's, read from its VolumeBinding plugin.
+// the integration tests run binding, preemption, gangs, health taints,
+// publishing and leader election on an apiserver that audits every
+// request of the scheduler's user, and fail on a write this list lacks
+// (test/integration, checkSchedulerWrites). No scenario makes the
+// scheduler create or delete claims (DRA extended resources), bind
+// volumes or send a SubjectAccessReview: those entries are read from
+// upstream.
 var schedulerWrites = []schedulerWrite{
 	{why: "Binding a pod to its node: the last write of every scheduling cycle.",
 		rule: ExclusionRule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Operations: ops(create), Resources: []string{"pods/binding"}}},

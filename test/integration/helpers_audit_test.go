@@ -71,8 +71,8 @@ func readSchedulerRequests(since time.Time) ([]auditv1.Event, error) {
 }
 
 // checkSchedulerWrites reads every write the scheduler's user made in the
-// whole run (binding, preemption, extended resources, health taints,
-// publishing, leader election: the scenarios that ran) and checks each
+// whole run (binding, preemption, gangs, health taints, publishing,
+// leader election: the scenarios that ran) and checks each
 // against pkg/webhooks: its kind must be one SchedulerWrites lists, for
 // audit, and the exclusions of --scheduler-critical must keep it from a
 // webhook that matches everything. It returns what it found, one line per
