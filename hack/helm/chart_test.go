@@ -104,8 +104,15 @@ const configMap = "ConfigMap/kube-system/drascope-scheduler-config"
 // back to its plain one.
 func kustomized(t *testing.T, more ...string) map[string]object {
 	t.Helper()
+	return kustomize(t, append([]string{"manifests/scheduler", "manifests/crds"}, more...)...)
+}
+
+// kustomize is kubectl kustomize of exactly the dirs given, with the
+// generated ConfigMap's hashed name put back to its plain one.
+func kustomize(t *testing.T, dirs ...string) map[string]object {
+	t.Helper()
 	var stream []byte
-	for _, dir := range append([]string{"manifests/scheduler", "manifests/crds"}, more...) {
+	for _, dir := range dirs {
 		out, err := run(t, "kubectl", "kustomize", filepath.Join(repoRoot, dir))
 		if err != nil {
 			t.Fatal(err)
@@ -192,12 +199,7 @@ func TestChartDefaultsRenderTheManifests(t *testing.T) {
 // manifests/components/control-plane patches it.
 func TestChartControlPlaneIsTheComponent(t *testing.T) {
 	const deployment = "Deployment/kube-system/drascope-scheduler"
-	out, err := run(t, "kubectl", "kustomize", filepath.Join(repoRoot, "manifests/examples/control-plane"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hashed := regexp.MustCompile(`drascope-scheduler-config-[a-z0-9]{10}\b`)
-	want := normalized(t, objects(t, hashed.ReplaceAll(out, []byte("drascope-scheduler-config"))))[deployment]
+	want := normalized(t, kustomize(t, "manifests/examples/control-plane"))[deployment]
 	got := normalized(t, render(t, "controlPlane.enabled=true"))[deployment]
 	compare(t, map[string]object{deployment: got}, map[string]object{deployment: want})
 	spec := got["spec"].(object)["template"].(object)["spec"].(object)
