@@ -41,7 +41,7 @@ build: ## Build bin/drascope-scheduler, bin/kubectl-dra and bin/drascope-sandbox
 
 SANDBOX_FLAGS ?=
 
-sandbox: build tools $(BIN)/promtool ## Run the whole product on a local control plane, with a demo (SANDBOX_FLAGS=--help for flags).
+sandbox: build tools $(BIN)/drascope-alerts ## Run the whole product on a local control plane, with a demo (SANDBOX_FLAGS=--help for flags).
 	$(BIN)/drascope-sandbox $(SANDBOX_FLAGS)
 
 # The control plane the integration tests run against, built from the exact
@@ -95,6 +95,15 @@ test-unit: ## Unit tests: no servers (UNIT_FLAGS='-race -count=3' as in CI).
 $(BIN)/promtool: hack/prometheus/go.mod hack/prometheus/go.sum
 	cd hack/prometheus && $(GO) build -o $@ github.com/prometheus/prometheus/cmd/promtool
 
+# drascope-alerts (hack/prometheus/cmd/drascope-alerts) evaluates rules as
+# promtool test rules does, with Prometheus' rule manager and PromQL engine
+# but none of promtool's service discovery (client-go, the cloud SDKs): the
+# sandbox's alert step and the integration test use it, and its test checks
+# it against the expectations of manifests/monitoring/tests, which
+# test-monitoring runs through promtool itself.
+$(BIN)/drascope-alerts: hack/prometheus/go.mod hack/prometheus/go.sum $(wildcard hack/prometheus/alerteval/*.go hack/prometheus/cmd/drascope-alerts/*.go)
+	cd hack/prometheus && $(GO) build -o $@ ./cmd/drascope-alerts
+
 test-monitoring: $(BIN)/promtool ## Prometheus rules (promtool test rules) and the dashboard's PromQL, against the metrics the scheduler registers.
 	$(BIN)/promtool check rules manifests/monitoring/rules.yaml
 	$(BIN)/promtool test rules manifests/monitoring/tests/*.yaml
@@ -111,7 +120,7 @@ helm: $(BIN)/helm ## Build Helm into bin/ from the Go module proxy (for charts/d
 test-chart: $(BIN)/helm $(BIN)/kubectl ## The Helm chart: helm lint, and helm template equal to kubectl kustomize of manifests/ for each mode.
 	cd hack/helm && DRASCOPE_BIN_DIR=$(BIN) $(GO) test -count=1 ./...
 
-test-integration: build tools $(BIN)/promtool $(BIN)/helm ## Integration tests on real etcd + kube-apiserver.
+test-integration: build tools $(BIN)/drascope-alerts $(BIN)/helm ## Integration tests on real etcd + kube-apiserver.
 	DRASCOPE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) ./test/integration/... $(if $(CI),-v,)
 
 # scheduler_perf (test/perf): every workload runs with upstream's in-tree

@@ -1,8 +1,10 @@
 package monitoring
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -15,7 +17,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"sigs.k8s.io/yaml"
 )
 
 // Scrape reads a drascope-scheduler's /metrics on 127.0.0.1:port with a
@@ -97,11 +98,12 @@ func (a Alert) String() string {
 // expression holds has fired by then.
 const EvalMinutes = 20
 
-// CheckAlerts runs promtool test rules: rules evaluated over the series,
-// each held at its value, must fire exactly the alerts want after
-// EvalMinutes, no more and no fewer. The error holds promtool's report of
-// what fired instead.
-func CheckAlerts(ctx context.Context, promtool string, rules []byte, series []Series, want []Alert) error {
+// CheckAlerts runs the rules over the series, each held at its value, with
+// drascope-alerts (hack/prometheus/cmd/drascope-alerts: promtool test rules'
+// evaluation, without promtool's service discovery), and wants exactly the
+// alerts want firing after EvalMinutes, no more and no fewer. The error
+// names what fired instead.
+func CheckAlerts(ctx context.Context, evaluator string, rules []byte, series []Series, want []Alert) error {
 	dir, err := os.MkdirTemp("", "drascope-alerts-")
 	if err != nil {
 		return err
@@ -115,38 +117,39 @@ func CheckAlerts(ctx context.Context, promtool string, rules []byte, series []Se
 	for _, s := range series {
 		input = append(input, map[string]string{"series": s.String(), "values": fmt.Sprintf("%gx%d", s.Value, EvalMinutes+1)})
 	}
-	expected := make([]map[string]any, 0, len(want))
-	for _, a := range want {
-		labels := maps.Clone(a.Labels)
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		labels["alertname"] = a.Name
-		labels["alertstate"] = "firing"
-		expected = append(expected, map[string]any{"labels": Series{Name: "ALERTS", Labels: labels}.String(), "value": 1})
-	}
-	test, err := yaml.Marshal(map[string]any{
-		"rule_files":          []string{rulesFile},
-		"evaluation_interval": "1m",
-		"tests": []any{map[string]any{
-			"interval":     "1m",
-			"input_series": input,
-			"promql_expr_test": []any{map[string]any{
-				"expr":        `ALERTS{alertstate="firing"}`,
-				"eval_time":   fmt.Sprintf("%dm", EvalMinutes),
-				"exp_samples": expected,
-			}},
-		}},
-	})
+	seriesJSON, err := json.Marshal(input)
 	if err != nil {
 		return err
 	}
-	testFile := filepath.Join(dir, "alerts_test.yaml")
-	if err := os.WriteFile(testFile, test, 0o600); err != nil {
+	seriesFile := filepath.Join(dir, "series.json")
+	if err := os.WriteFile(seriesFile, seriesJSON, 0o600); err != nil {
 		return err
 	}
-	if out, err := exec.CommandContext(ctx, promtool, "test", "rules", testFile).CombinedOutput(); err != nil {
-		return fmt.Errorf("promtool test rules: %w: the alerts that fire are not %v:\n%s", err, want, out)
+	cmd := exec.CommandContext(ctx, evaluator, "--rules", rulesFile, "--series", seriesFile, "--interval", "1m", "--at", fmt.Sprintf("%dm", EvalMinutes))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", filepath.Base(evaluator), err, strings.TrimSpace(stderr.String()))
+	}
+	var firing []map[string]string
+	if err := json.Unmarshal(out, &firing); err != nil {
+		return fmt.Errorf("%s printed %q: %w", filepath.Base(evaluator), out, err)
+	}
+	got := make([]string, 0, len(firing))
+	for _, labels := range firing {
+		name := labels["alertname"]
+		delete(labels, "alertname")
+		got = append(got, Alert{Name: name, Labels: labels}.String())
+	}
+	expected := make([]string, 0, len(want))
+	for _, a := range want {
+		expected = append(expected, a.String())
+	}
+	slices.Sort(got)
+	slices.Sort(expected)
+	if !slices.Equal(got, expected) {
+		return fmt.Errorf("after %d minutes of these series the alerts that fire are %v, not %v", EvalMinutes, got, expected)
 	}
 	return nil
 }

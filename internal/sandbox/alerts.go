@@ -54,9 +54,9 @@ func (d *demo) alerts(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	promtool, err := localcluster.BinPath(d.binDir, "promtool")
+	evaluator, err := localcluster.BinPath(d.binDir, "drascope-alerts")
 	if err != nil {
-		return fmt.Errorf("%w (make sandbox builds it; by hand: make bin/promtool)", err)
+		return fmt.Errorf("%w (make sandbox builds it; by hand: make bin/drascope-alerts)", err)
 	}
 	unhealthy := d.nodes[1]
 	want := []monitoring.Alert{
@@ -79,8 +79,8 @@ func (d *demo) alerts(ctx context.Context) error {
 		return fmt.Errorf("drascope-scheduler's /metrics does not show %s waiting for a fabric device (last scrape error: %v)", waiting, scrapeErr)
 	}
 	d.say("$ curl -k -H \"Authorization: Bearer $TOKEN\" https://127.0.0.1:%d/metrics   # drascope-scheduler's; %d drascope series", d.schedulerPort, len(series))
-	d.say("$ promtool test rules   # manifests/monitoring/rules.yaml over those series, held for %d minutes", monitoring.EvalMinutes)
-	if err := monitoring.CheckAlerts(ctx, promtool, rules, series, want); err != nil {
+	d.say("$ drascope-alerts --rules manifests/monitoring/rules.yaml --series series.json --at %dm   # promtool test rules' evaluation, over those series held", monitoring.EvalMinutes)
+	if err := monitoring.CheckAlerts(ctx, evaluator, rules, series, want); err != nil {
 		return err
 	}
 	d.say("firing: %s: %g pod waits for %s, and no fabric device is free", want[0], gauge(series, "drascope_pending_pods", "device_class", fabricClass), fabricClass)

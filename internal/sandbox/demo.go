@@ -37,7 +37,7 @@ type demo struct {
 	kubelet    *simulatedKubelet
 	nodes      []string
 	gpus       int
-	// For the alerts step: promtool's directory, and the scheduler's
+	// For the alerts step: drascope-alerts's directory, and the scheduler's
 	// /metrics and a token that may read it.
 	binDir        string
 	schedulerPort int

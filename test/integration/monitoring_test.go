@@ -19,7 +19,7 @@ import (
 const monitoringDir = repoRoot + "/manifests/monitoring"
 
 // TestAlertsFireOnTheSchedulersSeries runs the shipped alert rules, with
-// promtool, over what the scheduler's /metrics really shows for a pool
+// drascope-alerts (promtool test rules' evaluation), over what the scheduler's /metrics really shows for a pool
 // that ran dry while a pod waits for its class, an Unhealthy device, a pool
 // publishing a device twice and a pool missing a slice: exactly the four
 // alerts for them fire, and nothing else about these pools. The rule tests
@@ -91,11 +91,11 @@ func TestAlertsFireOnTheSchedulersSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	promtool, err := localcluster.BinPath(env.cp.BinDir, "promtool")
+	evaluator, err := localcluster.BinPath(env.cp.BinDir, "drascope-alerts")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := monitoring.CheckAlerts(s.ctx, promtool, rules, series, []monitoring.Alert{
+	if err := monitoring.CheckAlerts(s.ctx, evaluator, rules, series, []monitoring.Alert{
 		{Name: "DRADeviceClassExhausted", Labels: map[string]string{"severity": "warning", "device_class": class}},
 		{Name: "DRADeviceUnhealthy", Labels: map[string]string{"severity": "warning", "driver": driverName, "pool": node, "node": node}},
 		{Name: "DRAResourcePoolNotValid", Labels: map[string]string{"severity": "warning", "driver": driverName, "pool": duplicated}},
