@@ -13,15 +13,18 @@ export GOFLAGS ?= -buildvcs=false -trimpath
 
 # The scheduler's compatibility-version machinery (--emulated-version) takes
 # the binary version from gitVersion, so gitVersion must stay the Kubernetes
-# version drascope links; drascope's own version rides along as build metadata.
+# version drascope links; drascope's own version (VERSION, which is
+# CHANGELOG.md's newest entry and the chart's appVersion: make verify checks)
+# rides along as build metadata, and the commit says which build it is.
 K8S_VERSION      := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)
-DRASCOPE_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+DRASCOPE_VERSION ?= $(shell cat VERSION)
 GIT_COMMIT       ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+GIT_TREE_STATE   ?= $(shell test -z "$$(git status --porcelain 2>/dev/null)" && echo clean || echo dirty)
 BUILD_DATE       ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 VERSION_PKG      := k8s.io/component-base/version
 LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)+drascope.$(DRASCOPE_VERSION) \
            -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) \
-           -X $(VERSION_PKG).gitTreeState=$(if $(findstring dirty,$(DRASCOPE_VERSION)),dirty,clean) \
+           -X $(VERSION_PKG).gitTreeState=$(GIT_TREE_STATE) \
            -X $(VERSION_PKG).buildDate=$(BUILD_DATE)
 
 # Integration tests: the package, and how long it may run.
@@ -197,6 +200,7 @@ GO_SOURCES  = $(shell find $(wildcard $(GO_DIRS)) -name '*.go' -not -name 'zz_ge
 
 verify: $(BIN)/staticcheck $(BIN)/goimports ## Fail if generated code or go.mod is stale, a file is not gofmt/goimports clean, or go vet or staticcheck find a problem.
 	hack/verify-codegen.sh
+	hack/verify-version.sh
 	$(GO) mod tidy -diff
 	@out=$$(gofmt -l $(wildcard $(GO_DIRS))); \
 	  if [ -n "$$out" ]; then echo "Not gofmt'd (run gofmt -w on them):"; echo "$$out"; exit 1; fi

@@ -38,7 +38,7 @@ scheduler's write path and keeps them out of it with matchConditions.`,
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	configFlags.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newPoolsCommand(configFlags, streams), newDescribeCommand(configFlags, streams), newHealthCommand(configFlags, streams), newWebhooksCommand(configFlags, streams))
+	cmd.AddCommand(newPoolsCommand(configFlags, streams), newDescribeCommand(configFlags, streams), newHealthCommand(configFlags, streams), newWebhooksCommand(configFlags, streams), newVersionCommand(streams))
 	return cmd
 }
 
