@@ -15,20 +15,20 @@ require (
 	go.etcd.io/etcd/server/v3 v3.7.0
 	golang.org/x/sync v0.22.0
 	golang.org/x/time v0.15.0
-	k8s.io/api v0.37.1
+	k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver v0.0.0
-	k8s.io/apimachinery v0.37.1
-	k8s.io/apiserver v0.37.1
-	k8s.io/cli-runtime v0.37.1
-	k8s.io/client-go v0.37.1
-	k8s.io/code-generator v0.37.1
-	k8s.io/component-base v0.37.1
-	k8s.io/component-helpers v0.37.1
-	k8s.io/dynamic-resource-allocation v0.37.1
+	k8s.io/apimachinery v0.37.2
+	k8s.io/apiserver v0.37.2
+	k8s.io/cli-runtime v0.37.2
+	k8s.io/client-go v0.37.2
+	k8s.io/code-generator v0.37.2
+	k8s.io/component-base v0.37.2
+	k8s.io/component-helpers v0.37.2
+	k8s.io/dynamic-resource-allocation v0.37.2
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kube-scheduler v0.0.0
 	k8s.io/kubectl v0.0.0
-	k8s.io/kubernetes v1.37.1
+	k8s.io/kubernetes v1.37.2
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/yaml v1.6.0
 )
@@ -167,25 +167,25 @@ require (
 	gopkg.in/go-jose/go-jose.v2 v2.6.3 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
-	k8s.io/cloud-provider v0.37.1 // indirect
+	k8s.io/cloud-provider v0.37.2 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
-	k8s.io/controller-manager v0.37.1 // indirect
-	k8s.io/cri-api v0.37.1 // indirect
+	k8s.io/controller-manager v0.37.2 // indirect
+	k8s.io/cri-api v0.37.2 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect
 	k8s.io/externaljwt v0.0.0 // indirect
 	k8s.io/gengo/v2 v2.0.0-20260408192533-25e2208e0dc3 // indirect
-	k8s.io/kms v0.37.1 // indirect
+	k8s.io/kms v0.37.2 // indirect
 	k8s.io/kube-aggregator v0.0.0 // indirect
 	k8s.io/kube-controller-manager v0.0.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/kube-proxy v0.0.0 // indirect
-	k8s.io/kubelet v0.37.1 // indirect
-	k8s.io/metrics v0.37.1 // indirect
+	k8s.io/kubelet v0.37.2 // indirect
+	k8s.io/metrics v0.37.2 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/pod-security-admission v0.0.0 // indirect
-	k8s.io/streaming v0.37.1 // indirect
+	k8s.io/streaming v0.37.2 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.36.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/kustomize/api v0.21.1 // indirect
@@ -195,68 +195,68 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
-replace k8s.io/api => k8s.io/api v0.37.1
+replace k8s.io/api => k8s.io/api v0.37.2
 
-replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.1
+replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.2
 
-replace k8s.io/apimachinery => k8s.io/apimachinery v0.37.1
+replace k8s.io/apimachinery => k8s.io/apimachinery v0.37.2
 
-replace k8s.io/apiserver => k8s.io/apiserver v0.37.1
+replace k8s.io/apiserver => k8s.io/apiserver v0.37.2
 
-replace k8s.io/cli-runtime => k8s.io/cli-runtime v0.37.1
+replace k8s.io/cli-runtime => k8s.io/cli-runtime v0.37.2
 
-replace k8s.io/client-go => k8s.io/client-go v0.37.1
+replace k8s.io/client-go => k8s.io/client-go v0.37.2
 
-replace k8s.io/cloud-provider => k8s.io/cloud-provider v0.37.1
+replace k8s.io/cloud-provider => k8s.io/cloud-provider v0.37.2
 
-replace k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.37.1
+replace k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.37.2
 
-replace k8s.io/code-generator => k8s.io/code-generator v0.37.1
+replace k8s.io/code-generator => k8s.io/code-generator v0.37.2
 
-replace k8s.io/component-base => k8s.io/component-base v0.37.1
+replace k8s.io/component-base => k8s.io/component-base v0.37.2
 
-replace k8s.io/component-helpers => k8s.io/component-helpers v0.37.1
+replace k8s.io/component-helpers => k8s.io/component-helpers v0.37.2
 
-replace k8s.io/controller-manager => k8s.io/controller-manager v0.37.1
+replace k8s.io/controller-manager => k8s.io/controller-manager v0.37.2
 
-replace k8s.io/cri-api => k8s.io/cri-api v0.37.1
+replace k8s.io/cri-api => k8s.io/cri-api v0.37.2
 
-replace k8s.io/cri-client => k8s.io/cri-client v0.37.1
+replace k8s.io/cri-client => k8s.io/cri-client v0.37.2
 
-replace k8s.io/cri-streaming => k8s.io/cri-streaming v0.37.1
+replace k8s.io/cri-streaming => k8s.io/cri-streaming v0.37.2
 
-replace k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.37.1
+replace k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.37.2
 
-replace k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.37.1
+replace k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.37.2
 
-replace k8s.io/endpointslice => k8s.io/endpointslice v0.37.1
+replace k8s.io/endpointslice => k8s.io/endpointslice v0.37.2
 
-replace k8s.io/externaljwt => k8s.io/externaljwt v0.37.1
+replace k8s.io/externaljwt => k8s.io/externaljwt v0.37.2
 
-replace k8s.io/kms => k8s.io/kms v0.37.1
+replace k8s.io/kms => k8s.io/kms v0.37.2
 
-replace k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.37.1
+replace k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.37.2
 
-replace k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.37.1
+replace k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.37.2
 
-replace k8s.io/kube-proxy => k8s.io/kube-proxy v0.37.1
+replace k8s.io/kube-proxy => k8s.io/kube-proxy v0.37.2
 
-replace k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.37.1
+replace k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.37.2
 
-replace k8s.io/kubectl => k8s.io/kubectl v0.37.1
+replace k8s.io/kubectl => k8s.io/kubectl v0.37.2
 
-replace k8s.io/kubelet => k8s.io/kubelet v0.37.1
+replace k8s.io/kubelet => k8s.io/kubelet v0.37.2
 
-replace k8s.io/metrics => k8s.io/metrics v0.37.1
+replace k8s.io/metrics => k8s.io/metrics v0.37.2
 
-replace k8s.io/mount-utils => k8s.io/mount-utils v0.37.1
+replace k8s.io/mount-utils => k8s.io/mount-utils v0.37.2
 
-replace k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.37.1
+replace k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.37.2
 
-replace k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.37.1
+replace k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.37.2
 
-replace k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.37.1
+replace k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.37.2
 
-replace k8s.io/sample-controller => k8s.io/sample-controller v0.37.1
+replace k8s.io/sample-controller => k8s.io/sample-controller v0.37.2
 
-replace k8s.io/streaming => k8s.io/streaming v0.37.1
+replace k8s.io/streaming => k8s.io/streaming v0.37.2

@@ -3,16 +3,16 @@
 # staging module that upstream's go.mod replaces with ./staging/src/..., pointing
 # each at the matching v0.X.Y tag on the module proxy.
 #
-#   hack/update-k8s.sh 1.37.1
+#   hack/update-k8s.sh 1.37.2
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
-  echo "usage: $0 VERSION   (for example 1.37.1)" >&2
+  echo "usage: $0 VERSION   (for example 1.37.2)" >&2
   exit 2
 fi
 version=${1#v}
 if [[ ! $version =~ ^1\.([0-9]+)\.([0-9]+)$ ]]; then
-  echo "$0: VERSION must look like 1.37.1, got '$1'" >&2
+  echo "$0: VERSION must look like 1.37.2, got '$1'" >&2
   exit 2
 fi
 staging_version="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"

@@ -22,7 +22,7 @@ func main() {
 	fs := pflag.NewFlagSet("drascope-sandbox", pflag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, `drascope-sandbox starts, on 127.0.0.1 only, etcd, kube-apiserver and
-kube-controller-manager (k8s.io/kubernetes v1.37.1), drascope-scheduler with
+kube-controller-manager (k8s.io/kubernetes v1.37.2), drascope-scheduler with
 the shipped config and CRD, simulated nodes that play kubelet's part, and a
 simulated DRA driver; walks through a demo of drascope's features, each step
 checked; and stays up until Ctrl-C, which stops everything it started.

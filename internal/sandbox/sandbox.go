@@ -1,5 +1,5 @@
 // Package sandbox runs the whole product on a local control plane: etcd,
-// kube-apiserver and kube-controller-manager (k8s.io/kubernetes v1.37.1, as
+// kube-apiserver and kube-controller-manager (k8s.io/kubernetes v1.37.2, as
 // drascope links), drascope-scheduler with the shipped config and CRD,
 // nodes simulated by KWOK and a simulated DRA driver; then a demo, and it
 // stays up for a person to explore.
@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -72,7 +73,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	adminToken := hex.EncodeToString(token)
 
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
-	say("Starting etcd and kube-apiserver (k8s.io/kubernetes v1.37.1) on 127.0.0.1 ...")
+	say("Starting etcd and kube-apiserver (k8s.io/kubernetes %s) on 127.0.0.1 ...", kubernetesModuleVersion())
 	// Workload-aware scheduling (gangs, step 9) is beta and off by default
 	// in 1.37: the sandbox turns it on in every component.
 	cp, err := localcluster.Start(ctx, localcluster.Options{
@@ -220,4 +221,17 @@ func waitForPools(ctx context.Context, pools versioned.Interface, want int) erro
 		return fmt.Errorf("drascope-scheduler published %d of %d ResourcePools", got, want)
 	}
 	return nil
+}
+
+// kubernetesModuleVersion is the k8s.io/kubernetes version this binary was
+// built with, which is the version make tools builds the control plane from.
+func kubernetesModuleVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if dep.Path == "k8s.io/kubernetes" {
+				return dep.Version
+			}
+		}
+	}
+	return "of go.mod"
 }

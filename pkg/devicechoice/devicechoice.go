@@ -3,7 +3,7 @@
 // deviceChoice: BestFit). It never adds or removes a device: ordering
 // only, so the allocator decides what is allowed exactly as before.
 //
-// Where ordering works (v1.37.1): the default allocator (incubating, and
+// Where ordering works (v1.37.2): the default allocator (incubating, and
 // the experimental one) sorts pools by driver and name and slices by name,
 // but keeps the order of the devices inside a slice, and each request's
 // search starts from the first device. So Order reorders Spec.Devices

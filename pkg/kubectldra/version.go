@@ -12,7 +12,7 @@ import (
 // drascopeVersion is drascope's own version from a binary's gitVersion. The
 // Makefile stamps gitVersion as the Kubernetes version drascope links, with
 // drascope's release (the VERSION file, CHANGELOG.md's newest entry) as
-// build metadata, "v1.37.1+drascope.v0.1.0": the scheduler's
+// build metadata, "v1.37.2+drascope.v0.1.0": the scheduler's
 // compatibility-version machinery needs the Kubernetes version there.
 func drascopeVersion(gitVersion string) (drascope, kubernetes string) {
 	kubernetes, drascope, found := strings.Cut(gitVersion, "+drascope.")

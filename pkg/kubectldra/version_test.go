@@ -4,8 +4,8 @@ import "testing"
 
 func TestDrascopeVersionComesFromTheBuildMetadata(t *testing.T) {
 	for _, c := range []struct{ gitVersion, drascope, kubernetes string }{
-		{"v1.37.1+drascope.v0.1.0", "v0.1.0", "v1.37.1"},
-		{"v1.37.1", "unknown (not built by make build)", "v1.37.1"},
+		{"v1.37.2+drascope.v0.1.0", "v0.1.0", "v1.37.2"},
+		{"v1.37.2", "unknown (not built by make build)", "v1.37.2"},
 	} {
 		drascope, kubernetes := drascopeVersion(c.gitVersion)
 		if drascope != c.drascope || kubernetes != c.kubernetes {

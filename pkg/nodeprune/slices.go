@@ -10,7 +10,7 @@ import (
 // a slice on one of nodes or a slice not bound to one node (a node
 // selector, all nodes, devices that each select nodes), and, when
 // countersEverywhere, a slice with shared counters: everything upstream's
-// allocator reads when it allocates on one of those nodes. In v1.37.1 its
+// allocator reads when it allocates on one of those nodes. In v1.37.2 its
 // incubating and experimental implementations (structured/internal)
 // gather, for a node, the slices with that node's name and the slices not
 // bound to one node; its stable one also takes every slice with shared
@@ -45,7 +45,7 @@ func PoolsReaching(slices []*resourceapi.ResourceSlice, nodes sets.Set[string], 
 }
 
 // stableFeatures are the features upstream's stable allocator supports
-// (v1.37.1, structured/internal/stable.SupportedFeatures, which is not
+// (v1.37.2, structured/internal/stable.SupportedFeatures, which is not
 // importable): structured.NewAllocator chooses it when the features ask
 // for nothing more.
 var stableFeatures = structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true}

@@ -17,7 +17,7 @@ import (
 // under the shipped
 // drascope-scheduler profile and under a profile of upstream's plugins
 // only (DynamicResources, no DRAScope) in bin/drascope-scheduler: the
-// same kube-scheduler code drascope imports, as kube-scheduler v1.37.1
+// same kube-scheduler code drascope imports, as kube-scheduler v1.37.2
 // runs it. Each seed must preempt the same number of pods under both.
 
 const upstreamSchedulerName = "upstream-scheduler"

@@ -8,7 +8,7 @@ import (
 
 // cycleCapture holds what upstream's PreFilter built this cycle's allocator
 // from, as the decorated DRA manager saw it go by. It is the one place that
-// knows which of upstream's calls feed it. In v1.37.1, upstream's PreFilter
+// knows which of upstream's calls feed it. In v1.37.2, upstream's PreFilter
 // (dynamicresources.go), for a pod with claims to allocate, asks the claim
 // tracker for the devices in use (GatherAllocatedState with
 // DRAConsumableCapacity, else ListAllAllocatedDevices; again only after a

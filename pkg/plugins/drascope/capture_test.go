@@ -126,7 +126,7 @@ func capturePod(claim *resourceapi.ResourceClaim) *v1.Pod {
 }
 
 // TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom runs upstream's real
-// PreFilter and Filter (the v1.37.1 dynamicresources plugin, set up as its
+// PreFilter and Filter (the v1.37.2 dynamicresources plugin, set up as its
 // own tests set it up) through drascope's decorated handle, on a table of
 // clusters. It pins the seam that node pruning, preemption's dry runs and
 // the admin-access counters workaround ride on: upstream's PreFilter makes

@@ -146,7 +146,7 @@ func (pl *DRAScope) upstreamPreFilter(ctx context.Context, state fwk.CycleState,
 // mayPruneFirst reports whether upstream's PreFilter, for this pod now,
 // would build an allocator and succeed, so that only the allocator's
 // answer can refuse the pod, and the allocator is built from the in-use
-// set and slices alone: each of its other returns in v1.37.1
+// set and slices alone: each of its other returns in v1.37.2
 // (dynamicresources.go, PreFilter and foreachPodResourceClaim) is ruled out
 // here. It also leaves out what DRAScope's own PreFilter does besides
 // pruning: gang members (plans, steering, dry runs, pod-group state),

@@ -21,7 +21,7 @@ import (
 )
 
 // TestPruningFirstOnlyWhereUpstreamWouldAllocate is differential: for each
-// pod, upstream's real PreFilter (v1.37.1, through the decorator) runs
+// pod, upstream's real PreFilter (v1.37.2, through the decorator) runs
 // beside pruning first's gate (mayPruneFirst). Wherever the gate would let
 // DRAScope prune before upstream's PreFilter (and refuse the pod without
 // it, or serve it the pruned view), upstream's PreFilter must have

@@ -32,7 +32,7 @@ func (h snapshotHandle) SnapshotSharedLister() fwk.SharedLister { return h.snaps
 
 // BenchmarkRefusedAttempt: the scheduling cycle of a pod that no node can
 // serve, on full clusters of 10 GPUs per node (every GPU held by a claim),
-// as the scheduler runs it, per pod: upstream's PreFilter (v1.37.1) alone,
+// as the scheduler runs it, per pod: upstream's PreFilter (v1.37.2) alone,
 // upstream's PreFilter and its Filter on every node (upstream's whole
 // refused attempt; the scheduler runs Filter on 16 goroutines, here one),
 // and DRAScope's PreFilter, which refuses the pod (node pruning, with the
@@ -307,7 +307,7 @@ func randomlyHeld(nodes, devices, count int) map[string][]bool {
 }
 
 // feasibleNodesToFind is how many feasible nodes the scheduler looks for
-// among n at the default percentageOfNodesToScore (v1.37.1's
+// among n at the default percentageOfNodesToScore (v1.37.2's
 // numFeasibleNodesToFind: every node below 100, else 50% less one point
 // per 125 nodes, at least 5%, at least 100 nodes).
 func feasibleNodesToFind(n int) int {
