@@ -44,6 +44,11 @@ build: ## Build bin/drascope-scheduler, bin/kubectl-dra and bin/drascope-sandbox
 
 SANDBOX_FLAGS ?=
 
+# BIN is an absolute path, so that the recipes below may cd; this rule lets
+# make bin/promtool, make bin/drascope-alerts, ... work as the docs and the
+# sandbox's messages write them.
+bin/%: $(BIN)/% ;
+
 sandbox: build tools $(BIN)/drascope-alerts ## Run the whole product on a local control plane, with a demo (SANDBOX_FLAGS=--help for flags).
 	$(BIN)/drascope-sandbox $(SANDBOX_FLAGS)
 
