@@ -30,7 +30,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)+drascope.$(DRASCOPE_VERSI
 # Integration tests: the package, and how long it may run.
 INTEGRATION_TIMEOUT ?= 30m
 
-.PHONY: all build helm test test-unit test-monitoring test-chart test-integration perf perf-smoke perf-scale tools sandbox generate verify clean help
+.PHONY: all build helm test test-unit test-monitoring test-chart test-integration perf perf-smoke perf-scale perf-docs tools sandbox generate verify clean help
 
 all: build
 
@@ -186,6 +186,9 @@ perf-smoke: $(BIN)/etcd ## scheduler_perf short workloads, upstream vs DRAScope 
 PERF_SCALE_LABELS ?= scale
 perf-scale: $(BIN)/etcd ## scheduler_perf nearly full and full clusters at 500 and 2000 nodes, upstream vs DRAScope (docs/perf.md: "At scale").
 	$(call run-perf,scale,$(PERF_SCALE_LABELS))
+
+perf-docs: ## Rewrite the docs' perf tables (<!-- report ... --> blocks) from the summaries in test/perf/summaries.
+	$(GO) test -count=1 ./test/perf/results -run TestDocsTablesArePrintedFromSummaries -args -update
 
 generate: ## Regenerate deepcopy, conversion and defaulting code, the ResourcePool clientset, listers and informers, and manifests/monitoring's generated files.
 	hack/update-codegen.sh

@@ -13,6 +13,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"testing"
@@ -236,7 +238,14 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int, ch
 		}
 		// Runs before scheduler_perf's own cleanup, which resets the metrics
 		// and stops the apiserver; and before the window's watch stops.
-		tCtx.Cleanup(func() { checkRun(tCtx, v, &entry, before) })
+		tCtx.Cleanup(func() {
+			checkRun(tCtx, v, &entry, before)
+			name, err := writeHeapProfile(dir, entry)
+			if err != nil {
+				tCtx.Errorf("writing the heap profile: %v", err)
+			}
+			entry.HeapProfile = name
+		})
 		return nil
 	}), perf.WithNodeUpdateFn(fillClaims))
 	entry.Seconds = time.Since(start).Seconds()
@@ -962,6 +971,24 @@ func keepCPUProfile(dir string, u unit, v variant, pair int) (string, error) {
 		return "", nil
 	}
 	return filepath.Base(kept), nil
+}
+
+// writeHeapProfile writes a heap profile of the run's end into dir, after a
+// garbage collection so that it holds only what is live: every cache full
+// with the workload's cluster, before scheduler_perf's clean-up stops the
+// scheduler. It returns the file's name.
+func writeHeapProfile(dir string, e results.IndexEntry) (string, error) {
+	name := strings.ReplaceAll(fmt.Sprintf("%s_%s_%s_pair%d-heap.prof", e.TestCase, e.Workload, e.Variant, max(e.Pair, 1)), "/", "_")
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return "", err
+	}
+	goruntime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return "", err
+	}
+	return name, f.Close()
 }
 
 // resultFiles lists scheduler_perf's JSON result files in dir.

@@ -16,12 +16,12 @@ import (
 // the scheduler itself costs.
 type CPU struct {
 	// Seconds is the profile's wall time.
-	Seconds float64
+	Seconds float64 `json:"seconds"`
 	// Process is all the CPU the profile sampled, in seconds.
-	Process float64
+	Process float64 `json:"process"`
 	// Scheduler is the CPU of samples with a scheduler frame on the stack
 	// (SchedulerCode), in seconds.
-	Scheduler float64
+	Scheduler float64 `json:"scheduler"`
 }
 
 // SchedulerCode are the packages whose frames make a sample the
@@ -56,20 +56,22 @@ func ReadCPUProfile(path string) (CPU, error) {
 	for _, s := range p.Sample {
 		ns := float64(s.Value[value])
 		cpu.Process += ns / 1e9
-		if inSchedulerCode(s) {
+		if hasFrame(s, SchedulerCode) {
 			cpu.Scheduler += ns / 1e9
 		}
 	}
 	return cpu, nil
 }
 
-func inSchedulerCode(s *profile.Sample) bool {
+// hasFrame says whether a frame of the sample's stack is a function whose
+// name starts with one of prefixes.
+func hasFrame(s *profile.Sample, prefixes []string) bool {
 	for _, loc := range s.Location {
 		for _, line := range loc.Line {
 			if line.Function == nil {
 				continue
 			}
-			for _, prefix := range SchedulerCode {
+			for _, prefix := range prefixes {
 				if strings.HasPrefix(line.Function.Name, prefix) {
 					return true
 				}

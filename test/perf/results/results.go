@@ -65,6 +65,9 @@ type IndexEntry struct {
 	// CPUProfile is scheduler_perf's CPU profile of the measured phase
 	// (-perf-cpuprofile), in the same directory.
 	CPUProfile string `json:"cpuProfile,omitempty"`
+	// HeapProfile is the harness's heap profile at the end of the run,
+	// after a garbage collection, in the same directory.
+	HeapProfile string `json:"heapProfile,omitempty"`
 	// ResourcePoolWrites counts the publisher's writes during the whole
 	// run; DueWrites those that went ahead of the write budget because their
 	// change was due.
@@ -191,6 +194,8 @@ type Run struct {
 	SchedulingAlgorithm Quantiles
 	// CPU is read from the CPU profile; zero without one.
 	CPU CPU
+	// Heap is read from the heap profile; zero without one.
+	Heap Heap
 }
 
 // Quantiles are a histogram's or sample's summary.
@@ -202,7 +207,8 @@ var missing = Quantiles{math.NaN(), math.NaN(), math.NaN(), math.NaN()}
 
 // Load reads the index of each of dirs and the result files it names, so
 // that runs made by several commands (one workload set each, into
-// directories of their own) make one table. A workload's variant and pair
+// directories of their own) make one table; an argument that ends in .json
+// is a summary file (WriteSummary) and gives its runs. A workload's variant and pair
 // found in two directories is an error: the table would pick one of them
 // silently.
 func Load(dirs ...string) ([]Run, error) {
@@ -211,7 +217,11 @@ func Load(dirs ...string) ([]Run, error) {
 	// index is what the harness wrote, as before.
 	from := map[string]int{}
 	for i, dir := range dirs {
-		loaded, err := loadDir(dir)
+		load := loadDir
+		if isSummary(dir) {
+			load = loadSummary
+		}
+		loaded, err := load(dir)
 		if err != nil {
 			return nil, err
 		}
@@ -254,6 +264,13 @@ func loadDir(dir string) ([]Run, error) {
 				return nil, err
 			}
 			run.CPU = cpu
+		}
+		if e.HeapProfile != "" {
+			heap, err := ReadHeapProfile(filepath.Join(dir, e.HeapProfile))
+			if err != nil {
+				return nil, err
+			}
+			run.Heap = heap
 		}
 		runs = append(runs, run)
 	}
@@ -416,11 +433,28 @@ func Compare(runs []Run) ([]Row, error) {
 	return rows, errors.Join(errs...)
 }
 
-// WriteMarkdown prints the rows as the two tables of docs/perf.md. A
-// workload run in several pairs shows its median pair, and the range and
-// geometric mean of the ratios beside the median. Without rows (-perf-variants left upstream
-// out) it prints nothing.
+// WriteMarkdown prints the rows as the three tables of docs/perf.md:
+// throughput, latency and cost. A workload run in several pairs shows its
+// median pair, and the range and geometric mean of the ratios beside the
+// median. Without rows (-perf-variants left upstream out) it prints
+// nothing.
 func WriteMarkdown(w io.Writer, rows []Row) error {
+	for i, write := range []func(io.Writer, []Row) error{writeThroughput, writeLatency, writeCost} {
+		if i > 0 && len(rows) > 0 {
+			if _, err := io.WriteString(w, "\n"); err != nil {
+				return err
+			}
+		}
+		if err := write(w, rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeThroughput prints the throughput of each row's median pair, the
+// ratio and which scheduler ran first.
+func writeThroughput(w io.Writer, rows []Row) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -439,7 +473,18 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Workload,
 			throughput(r.Upstream.Throughput), throughput(r.DRAScope.Throughput), ratio, first)
 	}
-	b.WriteString("\n| Workload | Scheduling algorithm p50/p99 ms (upstream; DRAScope) | Scheduling attempt p50/p99 ms, scheduled (upstream; DRAScope) | DRA plugin PreFilter p50/p99 ms (upstream; DRAScope) | Filter p50/p99 ms (upstream; DRAScope) | Peak heap MB (upstream; DRAScope) | Unhealthy devices allocated (upstream; DRAScope) |\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeLatency prints the scheduler's latencies, peak heap and Unhealthy
+// devices handed out, for each row's median pair.
+func writeLatency(w io.Writer, rows []Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("| Workload | Scheduling algorithm p50/p99 ms (upstream; DRAScope) | Scheduling attempt p50/p99 ms, scheduled (upstream; DRAScope) | DRA plugin PreFilter p50/p99 ms (upstream; DRAScope) | Filter p50/p99 ms (upstream; DRAScope) | Peak heap MB (upstream; DRAScope) | Unhealthy devices allocated (upstream; DRAScope) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s; %s | %s; %s | %s; %s | %s; %s | %s; %s | %d; %d |\n", r.Workload,
@@ -450,7 +495,18 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 			num(r.Upstream.PeakHeapMB, 0), num(r.DRAScope.PeakHeapMB, 0),
 			r.Upstream.UnhealthyAllocated, r.DRAScope.UnhealthyAllocated)
 	}
-	b.WriteString("\n| Workload | Scheduler CPU ms per pod (upstream; DRAScope) | Process CPU ms per pod (upstream; DRAScope) | Snapshot delay p50/p99 ms | ResourcePool writes (due; in window) | Publish delay p95 (writes) | Catch-up s |\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeCost prints the CPU per pod of each row's median pair, and what
+// DRAScope's publishing wrote and how fresh it kept the ResourcePools.
+func writeCost(w io.Writer, rows []Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("| Workload | Scheduler CPU ms per pod (upstream; DRAScope) | Process CPU ms per pod (upstream; DRAScope) | Snapshot delay p50/p99 ms | ResourcePool writes (due; in window) | Publish delay p95 (writes) | Catch-up s |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		d := r.DRAScope
