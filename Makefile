@@ -30,7 +30,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION)+drascope.$(DRASCOPE_VERSI
 # Integration tests: the package, and how long it may run.
 INTEGRATION_TIMEOUT ?= 30m
 
-.PHONY: all build helm test test-unit test-monitoring test-chart test-integration perf perf-smoke perf-scale perf-docs tools sandbox generate verify clean help
+.PHONY: all build helm test test-unit test-monitoring test-chart test-integration perf perf-smoke perf-scale perf-docs sandbox-doc tools sandbox generate verify clean help
 
 all: build
 
@@ -142,10 +142,9 @@ test-integration: build tools $(BIN)/drascope-alerts $(BIN)/helm ## Integration 
 # PERF_WORKLOADS narrows a run to the workloads whose sub-benchmark name
 # (TestCase_workload) matches, as go test -bench does; PERF_FLAGS passes
 # harness flags, e.g. -perf-pairs=4 to run each workload four times with each
-# scheduler; an even number runs each scheduler first as often as second. For
-# instance, the noise study of docs/perf.md (five pairs, before the order was
-# balanced):
-#   make perf PERF_WORKLOADS=SchedulingWithResourceClaimTemplate_2000pods_200nodes PERF_FLAGS=-perf-pairs=5 PERF_OUT=_output/perf-pairs
+# scheduler; an even number runs each scheduler first as often as second
+# (docs/perf.md, "Pairs, order and noise"), e.g.
+#   make perf PERF_WORKLOADS=SchedulingWithResourceClaimTemplate_2000pods_200nodes PERF_FLAGS=-perf-pairs=4 PERF_OUT=_output/perf-pairs
 # -perf-variants=drascope,drascope-bestfit runs only the variants named (the
 # report then has no upstream column for those workloads), e.g. BestFit
 # against FirstFit at scale:
@@ -186,6 +185,9 @@ perf-smoke: $(BIN)/etcd ## scheduler_perf short workloads, upstream vs DRAScope 
 PERF_SCALE_LABELS ?= scale
 perf-scale: $(BIN)/etcd ## scheduler_perf nearly full and full clusters at 500 and 2000 nodes, upstream vs DRAScope (docs/perf.md: "At scale").
 	$(call run-perf,scale,$(PERF_SCALE_LABELS))
+
+sandbox-doc: build tools $(BIN)/drascope-alerts ## Rewrite docs/sandbox.md's transcript from a run of the demo (TestSandboxDemo).
+	DRASCOPE_UPDATE_SANDBOX_DOC=1 DRASCOPE_BIN_DIR=$(BIN) $(GO) test -count=1 ./test/integration -run '^TestSandboxDemo$$'
 
 perf-docs: ## Rewrite the docs' perf tables (<!-- report ... --> blocks) from the summaries in test/perf/summaries.
 	$(GO) test -count=1 ./test/perf/results -run TestDocsTablesArePrintedFromSummaries -args -update

@@ -6,6 +6,7 @@
 //	go run ./test/perf/report _output/perf-a/performance _output/perf-b/performance
 //	go run ./test/perf/report -tables=throughput,sizing test/perf/summaries/scale.json
 //	go run ./test/perf/report -summary test/perf/summaries/scale.json -command 'make perf-scale' _output/perf/scale
+//	go run ./test/perf/report -workloads '_2000nodes$' test/perf/summaries/scale.json
 //
 // It exits 1 when a workload ran with only one of the two schedulers.
 package main
@@ -15,12 +16,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 
 	"github.com/drascope/drascope/test/perf/results"
 )
 
 func main() {
+	workloads := flag.String("workloads", "", "only the workloads whose TestCase/Workload name this regular expression matches (default all), in the tables and in a summary")
 	tables := flag.String("tables", "", "comma-separated tables to print, of "+results.TableNames()+" (default all)")
 	summary := flag.String("summary", "", "write a summary of the runs (the figures without the raw files) to this file instead of printing tables")
 	command := flag.String("command", "", "with -summary: the command that made the runs, as a reader would type it again")
@@ -43,8 +46,16 @@ tables are printed from (make perf-docs).
 		flag.Usage()
 		os.Exit(2)
 	}
+	var only *regexp.Regexp
+	if *workloads != "" {
+		var err error
+		if only, err = regexp.Compile(*workloads); err != nil {
+			fmt.Fprintln(os.Stderr, "report: -workloads:", err)
+			os.Exit(2)
+		}
+	}
 	if *summary != "" {
-		if err := writeSummary(*summary, *command, *commit, flag.Args()); err != nil {
+		if err := writeSummary(*summary, *command, *commit, only, flag.Args()); err != nil {
 			fmt.Fprintln(os.Stderr, "report:", err)
 			os.Exit(1)
 		}
@@ -54,13 +65,13 @@ tables are printed from (make perf-docs).
 	if *tables != "" {
 		names = strings.Split(*tables, ",")
 	}
-	if err := results.Render(os.Stdout, flag.Args(), names); err != nil {
+	if err := results.Render(os.Stdout, flag.Args(), names, only); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
 }
 
-func writeSummary(path, command, commit string, dirs []string) error {
+func writeSummary(path, command, commit string, only *regexp.Regexp, dirs []string) error {
 	if command == "" {
 		return fmt.Errorf("-summary needs -command: a summary says how its runs were made")
 	}
@@ -74,6 +85,10 @@ func writeSummary(path, command, commit string, dirs []string) error {
 	runs, err := results.Load(dirs...)
 	if err != nil {
 		return err
+	}
+	runs = results.Only(runs, only)
+	if len(runs) == 0 {
+		return fmt.Errorf("no run to summarize: -workloads left none")
 	}
 	f, err := os.Create(path)
 	if err != nil {

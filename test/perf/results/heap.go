@@ -19,7 +19,7 @@ type Heap struct {
 	// ProcessMB is all the live heap the profile holds, in MB.
 	ProcessMB float64 `json:"processMB"`
 	// SchedulerMB is the live heap allocated under a frame of
-	// SchedulerHeapCode, in MB.
+	// SchedulerHeapCode and none of APIServerCode, in MB.
 	SchedulerMB float64 `json:"schedulerMB"`
 }
 
@@ -28,8 +28,12 @@ type Heap struct {
 // reflector's lists and the watch decoder's objects), whose caches a
 // scheduler process holds. The in-process apiserver's own few loopback
 // informers (namespaces, service accounts) decode on the same path and are
-// counted too, so this leans high; the apiserver's watch cache decodes in
-// k8s.io/apiserver and is not counted.
+// counted too, so this leans high.
+// APIServerCode is left out of SchedulerHeapCode even where a frame of it
+// matches: the apiserver's watch cache keeps its objects in client-go's
+// stores and lists them with client-go's reflector.
+var APIServerCode = []string{"k8s.io/apiserver/"}
+
 var SchedulerHeapCode = append([]string{
 	"k8s.io/client-go/tools/cache.",
 	"k8s.io/apimachinery/pkg/watch.(*StreamWatcher)",
@@ -60,7 +64,7 @@ func ReadHeapProfile(path string) (Heap, error) {
 	for _, s := range p.Sample {
 		mb := float64(s.Value[value]) / 1e6
 		h.ProcessMB += mb
-		if hasFrame(s, SchedulerHeapCode) {
+		if hasFrame(s, SchedulerHeapCode) && !hasFrame(s, APIServerCode) {
 			h.SchedulerMB += mb
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -221,11 +222,12 @@ func TableNames() string {
 }
 
 // Render prints the named tables (all for none) of the runs that paths
-// hold: the directories of runs the harness wrote, or summary files
-// (.json). For each summary it first says how and where its runs were
-// made. Each table is one paragraph. It reports a workload that ran with
-// only one of the two schedulers after printing the tables.
-func Render(w io.Writer, paths []string, tables []string) error {
+// hold, the directories of runs the harness wrote or summary files
+// (.json), whose TestCase/Workload workloads matches (all for nil). For
+// each summary it first says how and where its runs were made. Each table
+// is one paragraph. It reports a workload that ran with only one of the two
+// schedulers after printing the tables.
+func Render(w io.Writer, paths []string, tables []string, workloads *regexp.Regexp) error {
 	for _, name := range tables {
 		if !slices.ContainsFunc(Tables, func(t Table) bool { return t.Name == name }) {
 			return fmt.Errorf("unknown table %q (known: %s)", name, TableNames())
@@ -235,6 +237,7 @@ func Render(w io.Writer, paths []string, tables []string) error {
 	if err != nil {
 		return err
 	}
+	runs = Only(runs, workloads)
 	var out []string
 	for _, path := range paths {
 		if !isSummary(path) {
@@ -263,6 +266,21 @@ func Render(w io.Writer, paths []string, tables []string) error {
 	}
 	_, compareErr := Compare(runs)
 	return compareErr
+}
+
+// Only returns the runs whose TestCase/Workload workloads matches; all of
+// them for nil.
+func Only(runs []Run, workloads *regexp.Regexp) []Run {
+	if workloads == nil {
+		return runs
+	}
+	var kept []Run
+	for _, r := range runs {
+		if workloads.MatchString(r.TestCase + "/" + r.Workload) {
+			kept = append(kept, r)
+		}
+	}
+	return kept
 }
 
 func isSummary(path string) bool { return strings.HasSuffix(path, ".json") }

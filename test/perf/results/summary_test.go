@@ -23,7 +23,7 @@ func TestSummaryPrintsTheRunsTables(t *testing.T) {
 	writeHeapProfile(t, filepath.Join(dir, "a-ds-heap.prof"), map[string]int64{"k8s.io/client-go/tools/cache.(*Reflector).list": 7e6})
 
 	var fromRuns bytes.Buffer
-	if err := Render(&fromRuns, []string{dir}, nil); err != nil {
+	if err := Render(&fromRuns, []string{dir}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	runs, err := Load(dir)
@@ -44,7 +44,7 @@ func TestSummaryPrintsTheRunsTables(t *testing.T) {
 	}
 
 	var fromSummary bytes.Buffer
-	if err := Render(&fromSummary, []string{summary}, nil); err != nil {
+	if err := Render(&fromSummary, []string{summary}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	header, tables, _ := strings.Cut(fromSummary.String(), "\n\n")
@@ -61,13 +61,13 @@ func TestSummaryPrintsTheRunsTables(t *testing.T) {
 	}
 
 	var one bytes.Buffer
-	if err := Render(&one, []string{summary}, []string{"sizing"}); err != nil {
+	if err := Render(&one, []string{summary}, []string{"sizing"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(one.String(), "pods/s") || !strings.Contains(one.String(), "Scheduler live heap MB") {
 		t.Errorf("-tables=sizing printed other tables or not the sizing one:\n%s", one.String())
 	}
-	if err := Render(&one, []string{summary}, []string{"speed"}); err == nil || !strings.Contains(err.Error(), `unknown table "speed"`) {
+	if err := Render(&one, []string{summary}, []string{"speed"}, nil); err == nil || !strings.Contains(err.Error(), `unknown table "speed"`) {
 		t.Errorf("an unknown table: err = %v, want one naming it", err)
 	}
 }
