@@ -285,7 +285,7 @@ func TestChartOptionalParts(t *testing.T) {
 	if command := fmt.Sprint(container["command"]); !strings.HasSuffix(command, "--v=2 --emulated-version=1.36]") {
 		t.Errorf("command with extraArgs: %s, want the shipped command and then --emulated-version=1.36", command)
 	}
-	if requests := container["resources"].(object)["requests"].(object); requests["memory"] != "4Gi" || requests["cpu"] != "100m" {
+	if requests := container["resources"].(object)["requests"].(object); requests["memory"] != "4Gi" || requests["cpu"] != "250m" {
 		t.Errorf("requests with resources.requests.memory=4Gi: %v, want 4Gi and the shipped CPU", requests)
 	}
 	data, err := os.ReadFile(filepath.Join(repoRoot, "manifests/monitoring/prometheusrule.yaml"))

@@ -1,6 +1,6 @@
 // Package devicechoice orders the devices of a pool so that upstream's
-// first-fit allocator chooses well among the devices it may use (issue 36,
-// deviceChoice: BestFit). It never adds or removes a device: ordering
+// first-fit allocator chooses well among the devices it may use
+// (deviceChoice: BestFit). It never adds or removes a device: ordering
 // only, so the allocator decides what is allowed exactly as before.
 //
 // Where ordering works (v1.37.2): the default allocator (incubating, and

@@ -21,12 +21,12 @@ import (
 // no pool at all has changed for the minimum interval (a burst placed, a
 // failover over), every pool is quiet, however lately it was written: a
 // cluster with nothing left to place has the budget to spare, and its
-// pools are written within seconds instead of at their deadlines. (Until
-// stop 53 a pool not written for half the delay was quiet too: busy pools
-// were then written twice as often as their changes needed. From stop 53
-// to stop 55 a pool written within the delay waited for its deadline even
-// on a settled cluster: the last placements of a failover were shown up to
-// 9.5s late.) A pool that has no object yet is
+// pools are written within seconds instead of at their deadlines. (Were a
+// pool not written for half the delay quiet too, busy pools would be
+// written twice as often as their changes need; were a pool written within
+// the delay to wait for its deadline on a settled cluster too, a
+// failover's last placements would show up to 9.5s late.) A pool that has
+// no object yet is
 // created at the pace of a budget of its own, so that the first
 // publication of many pools (a start, nodes joining) is spread out instead
 // of falling due together and pushing back the writes of changes.

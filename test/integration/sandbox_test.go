@@ -11,7 +11,7 @@ import (
 )
 
 // make sandbox's demo, end to end: every step checks its outcome, and the
-// sandbox exits 0 only when all passed.
+// sandbox exits 0 only when all passed; docs/sandbox.md shows what it does.
 func TestSandboxDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -27,6 +27,7 @@ func TestSandboxDemo(t *testing.T) {
 		}
 	}
 	checkSandboxCleanedUp(t, string(out))
+	checkSandboxDoc(t, string(out))
 }
 
 // SIGTERM (as Ctrl-C) stops every process the sandbox started and removes
