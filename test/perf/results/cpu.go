@@ -34,23 +34,9 @@ var SchedulerCode = []string{"k8s.io/kubernetes/pkg/scheduler", "github.com/dras
 
 // ReadCPUProfile reads a CPU profile written by runtime/pprof.
 func ReadCPUProfile(path string) (CPU, error) {
-	f, err := os.Open(path)
+	p, value, err := readProfile(path, "CPU", "cpu", "nanoseconds")
 	if err != nil {
 		return CPU{}, err
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		return CPU{}, fmt.Errorf("%s: %w", path, err)
-	}
-	value := -1
-	for i, st := range p.SampleType {
-		if st.Type == "cpu" && st.Unit == "nanoseconds" {
-			value = i
-		}
-	}
-	if value < 0 {
-		return CPU{}, fmt.Errorf("%s: not a CPU profile (no cpu/nanoseconds sample type)", path)
 	}
 	cpu := CPU{Seconds: float64(p.DurationNanos) / 1e9}
 	for _, s := range p.Sample {
@@ -61,6 +47,27 @@ func ReadCPUProfile(path string) (CPU, error) {
 		}
 	}
 	return cpu, nil
+}
+
+// readProfile reads a profile written by runtime/pprof, and finds the
+// index of its values of the given sample type; kind names the profile in
+// the error when it has none.
+func readProfile(path, kind, sampleType, unit string) (*profile.Profile, int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", path, err)
+	}
+	for i, st := range p.SampleType {
+		if st.Type == sampleType && st.Unit == unit {
+			return p, i, nil
+		}
+	}
+	return nil, 0, fmt.Errorf("%s: not a %s profile (no %s/%s sample type)", path, kind, sampleType, unit)
 }
 
 // hasFrame says whether a frame of the sample's stack is a function whose

@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
-
-	"github.com/google/pprof/profile"
 )
 
 // Heap is what a heap profile taken at the end of a run (after a garbage
@@ -42,23 +39,9 @@ var SchedulerHeapCode = append([]string{
 
 // ReadHeapProfile reads a heap profile written by runtime/pprof.
 func ReadHeapProfile(path string) (Heap, error) {
-	f, err := os.Open(path)
+	p, value, err := readProfile(path, "heap", "inuse_space", "bytes")
 	if err != nil {
 		return Heap{}, err
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		return Heap{}, fmt.Errorf("%s: %w", path, err)
-	}
-	value := -1
-	for i, st := range p.SampleType {
-		if st.Type == "inuse_space" && st.Unit == "bytes" {
-			value = i
-		}
-	}
-	if value < 0 {
-		return Heap{}, fmt.Errorf("%s: not a heap profile (no inuse_space/bytes sample type)", path)
 	}
 	var h Heap
 	for _, s := range p.Sample {
