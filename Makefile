@@ -93,7 +93,7 @@ test: test-unit test-monitoring test-chart test-integration perf-smoke ## Run al
 UNIT_FLAGS ?= $(if $(CI),-race -count=3,)
 
 test-unit: ## Unit tests: no servers (UNIT_FLAGS='-race -count=3' as in CI).
-	CGO_ENABLED=$(if $(findstring -race,$(UNIT_FLAGS)),1,$(CGO_ENABLED)) $(GO) test $(UNIT_FLAGS) ./apis/... ./pkg/... ./internal/... ./cmd/... ./test/perf/results/...
+	CGO_ENABLED=$(if $(findstring -race,$(UNIT_FLAGS)),1,$(CGO_ENABLED)) $(GO) test $(UNIT_FLAGS) ./apis/... ./pkg/... ./internal/... ./cmd/... ./test/perf/results/... ./hack/verifydocs/...
 
 # promtool has a module of its own (hack/prometheus), so that Prometheus'
 # dependencies never move the Kubernetes build. The same module's test
@@ -208,9 +208,10 @@ $(BIN)/goimports: hack/lint/go.mod hack/lint/go.sum
 GO_DIRS    := apis pkg cmd test hack internal
 GO_SOURCES  = $(shell find $(wildcard $(GO_DIRS)) -name '*.go' -not -name 'zz_generated.*' -not -path 'pkg/generated/*')
 
-verify: $(BIN)/staticcheck $(BIN)/goimports ## Fail if generated code or go.mod is stale, a file is not gofmt/goimports clean, or go vet or staticcheck find a problem.
+verify: $(BIN)/staticcheck $(BIN)/goimports ## Fail if generated code or go.mod is stale, a doc names an internal work round or links to a missing file or heading, a file is not gofmt/goimports clean, or go vet or staticcheck find a problem.
 	hack/verify-codegen.sh
 	hack/verify-version.sh
+	$(GO) run ./hack/verifydocs
 	$(GO) mod tidy -diff
 	@out=$$(gofmt -l $(wildcard $(GO_DIRS))); \
 	  if [ -n "$$out" ]; then echo "Not gofmt'd (run gofmt -w on them):"; echo "$$out"; exit 1; fi

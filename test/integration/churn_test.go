@@ -16,7 +16,7 @@ import (
 )
 
 // The scheduler's long-lived maps follow what exists, not what ever
-// existed (issue 38, "memory that only grows"). Rounds of churn each make
+// existed: memory that only grows is a leak. Rounds of churn each make
 // pools (nodes with slices), pods with claims that run, report health,
 // succeed, fail or are deleted while running, and then delete all of it
 // (pods, claims, slices, nodes). Afterwards every map the runtime reports

@@ -127,10 +127,11 @@ func TestAPIServerRestartMidBurst(t *testing.T) {
 		bound, since(killed, ready), r.next, since(ready, r.settled), since(r.settled, r.matched), since(ready, r.matched))
 }
 
-// issue32LeaseTiming is the leader election of the report of issue 32.
-const issue32LeaseTiming = "  leaseDuration: 6s\n  renewDeadline: 4s\n  retryPeriod: 1s\n"
+// shortLeaseTiming is the short leader election under which a ResourcePool
+// change was once lost across a failover.
+const shortLeaseTiming = "  leaseDuration: 6s\n  renewDeadline: 4s\n  retryPeriod: 1s\n"
 
-// (d) Both faults at once, as issue 32 found them (its lease timing too):
+// (d) Both faults at once, as they once lost a ResourcePool change (with that lease timing):
 // the leader is killed mid-burst, kube-apiserver 2s later, down for 3s.
 // The standby takes over and places the rest. Every ResourcePool must
 // equal a recount of the apiserver's slices and claims within
@@ -143,7 +144,7 @@ const issue32LeaseTiming = "  leaseDuration: 6s\n  renewDeadline: 4s\n  retryPer
 func TestLeaderFailoverWithAPIServerRestart(t *testing.T) {
 	restartScheduler(t, func() {
 		ctx := context.Background()
-		a, leaderA, b := leaderAndStandby(t, issue32LeaseTiming)
+		a, leaderA, b := leaderAndStandby(t, shortLeaseTiming)
 
 		s := newScenario(t, nil)
 		pools := s.gpuNodes(16, 8)

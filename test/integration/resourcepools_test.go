@@ -452,7 +452,7 @@ func TestPublisherServesASecondTerm(t *testing.T) {
 // all 12 change at once: the budget has a token a second, the changes are
 // due after at most 2s, so all but the writes the budget allows go past
 // it. A change that lands just after a pool's write, with nothing after
-// it, is written too (the lost change of issue 32 would wait for the next
+// it, is written too (a lost change would wait for the next
 // change forever). A pool that changes later, quiet, with the budget's
 // token back, is written within the budget. Like
 // TestPublisherServesASecondTerm, it runs with the scheduler stopped.
