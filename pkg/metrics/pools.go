@@ -107,7 +107,7 @@ var (
 	}, []string{"answer"})
 
 	// EarlyRefusals: pods DRAScope's PreFilter pruned for before
-	// upstream's, refused or passed (plugins/drascope/prunefirst.go).
+	// upstream's, refused or passed (plugins/drascope/prune.go).
 	EarlyRefusals = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "drascope_early_refusals_total",
 		Help:           "Scheduling attempts node pruning ran on before upstream's PreFilter, by result: Refused (no node reaches a free device for every request; the pod was refused without running upstream's PreFilter) or Passed (upstream's PreFilter ran on the same in-use set, with the slices of the pools that reach the nodes left).",
@@ -115,7 +115,7 @@ var (
 	}, []string{"result"})
 
 	// FilterMemo: how DRAScope's Filter answered in the cycles its memo
-	// served (plugins/drascope/filtermemo.go).
+	// served (pkg/filtermemo).
 	FilterMemo = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "drascope_filter_memo_total",
 		Help:           "Filter calls in the scheduling cycles DRAScope's filter memo served, by result: Accepted (the node was accepted before with the same claim specs, classes, node, slices and devices in use, and upstream's allocator did not run), Ran (upstream's Filter ran), Refuted (upstream's Filter, run for the chosen node at Reserve, refused a node the memo accepted; expected to stay 0).",
@@ -123,7 +123,7 @@ var (
 	}, []string{"result"})
 
 	// GangPlans: what DRAScope's planning did for a gang whose pod-group
-	// cycle failed (plugins/drascope/gangs.go).
+	// cycle failed (plugins/drascope/podgrouppostfilter.go).
 	GangPlans = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "drascope_gang_plans_total",
 		Help:           "Failed pod-group cycles for which DRAScope looked for devices for every gang member at once, by result: Placed (the gang placed with the plan in a check run, and is retried with it), NoPlan (the members do not all fit at once), NotPlaced (a plan, but the gang did not place with it: something besides devices stops it), Budget (the search used up its allocator runs), Abandoned (a planned gang failed again because the cluster changed; planned afresh in its next failed cycle).",

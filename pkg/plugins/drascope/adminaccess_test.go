@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drascope/drascope/pkg/adminaccess"
+
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -152,11 +154,9 @@ func TestCheckAdminAccess(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			pl := &DRAScope{
-				enabled:               true,
-				adminAccessEnabled:    tc.gateOn,
-				requireNamespaceLabel: tc.requireLabel,
-				claims:                claims,
-				namespaces:            namespaceLister(t, tc.namespaces...),
+				enabled:     true,
+				adminAccess: adminaccess.Guard{Enabled: tc.gateOn, RequireNamespaceLabel: tc.requireLabel, Namespaces: namespaceLister(t, tc.namespaces...)},
+				claims:      claims,
 			}
 			status := pl.checkAdminAccess(ctx, tc.pod, pl.claimsOf(tc.pod))
 			if status.Code() != tc.wantCode {

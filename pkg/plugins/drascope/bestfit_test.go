@@ -12,6 +12,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/devicechoice"
 )
 
 // deviceChoice BestFit through upstream's real PreFilter, Filter and
@@ -47,7 +49,7 @@ func TestBestFitChoosesThroughUpstreamsAllocator(t *testing.T) {
 					}
 				})
 			if manager.bestFit != nil {
-				manager.bestFit.want.Store(int32(wantedDevices(&podClaims{toAllocate: []*resourceapi.ResourceClaim{mine}})))
+				manager.bestFit.want.Store(int32(devicechoice.Wanted([]*resourceapi.ResourceClaim{mine})))
 			}
 			node := framework.NewNodeInfo()
 			node.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
@@ -77,25 +79,5 @@ func TestBestFitChoosesThroughUpstreamsAllocator(t *testing.T) {
 				t.Errorf("allocated %s, want %s", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestWantedDevices(t *testing.T) {
-	exact := func(count int64, mode resourceapi.DeviceAllocationMode) resourceapi.DeviceRequest {
-		return resourceapi.DeviceRequest{Name: "r", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", AllocationMode: mode, Count: count}}
-	}
-	firstAvailable := resourceapi.DeviceRequest{Name: "r", FirstAvailable: []resourceapi.DeviceSubRequest{
-		{Name: "big", DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 4},
-		{Name: "small", DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
-	}}
-	claim := func(requests ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
-		return &resourceapi.ResourceClaim{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests}}}
-	}
-	claims := &podClaims{toAllocate: []*resourceapi.ResourceClaim{
-		claim(exact(2, resourceapi.DeviceAllocationModeExactCount), exact(0, resourceapi.DeviceAllocationModeAll)),
-		claim(firstAvailable),
-	}}
-	if got := wantedDevices(claims); got != 6 {
-		t.Errorf("wantedDevices = %d, want 6 (2 + all of a class counting nothing + the first alternative's 4)", got)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // of the devices inside a slice, so it then tries them in that order. It
 // reads the in-use set upstream gathered just before listing, from the
 // cycle's capture, and how many devices the pod asks for, which PreFilter
-// stores before upstream's PreFilter runs. Scheduling cycles run one at a
+// stores before upstream's PreFilter runs (devicechoice.Wanted). Scheduling cycles run one at a
 // time, so one value per profile serves.
 type bestFit struct {
 	want atomic.Int32
@@ -40,22 +40,4 @@ func (b *bestFit) order(slices []*resourceapi.ResourceSlice, capture *cycleCaptu
 		Want:      int(b.want.Load()),
 		Orderable: &b.orderable,
 	})
-}
-
-// wantedDevices counts the devices the claims ask for by count: each
-// request's count (the first alternative of a prioritized list); requests
-// for all devices of a class count nothing.
-func wantedDevices(claims *podClaims) int {
-	n := 0
-	for _, claim := range claims.toAllocate {
-		for _, request := range claim.Spec.Devices.Requests {
-			switch {
-			case request.Exactly != nil && request.Exactly.AllocationMode != resourceapi.DeviceAllocationModeAll:
-				n += int(max(request.Exactly.Count, 1))
-			case len(request.FirstAvailable) > 0 && request.FirstAvailable[0].AllocationMode != resourceapi.DeviceAllocationModeAll:
-				n += int(max(request.FirstAvailable[0].Count, 1))
-			}
-		}
-	}
-	return n
 }

@@ -10,6 +10,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/drascope/drascope/pkg/allocated"
+	"github.com/drascope/drascope/pkg/gangpreempt"
 	"github.com/drascope/drascope/pkg/releasehold"
 )
 
@@ -79,8 +81,15 @@ type Withheld interface {
 type draManager struct {
 	fwk.SharedDRAManager
 	claims claimTracker
-	// countersIgnored: see adminaccess_counters.go.
-	countersIgnored countersIgnored
+	// countersIgnored is set while upstream's PreFilter runs for a pod
+	// whose every unallocated request asks for admin access: the listing
+	// then hands out slices without counter consumption
+	// (adminaccess.WithZeroCounterConsumption). Scheduling cycles run one
+	// at a time, and only PreFilter builds the allocator from the slices;
+	// upstream's other reads of them (node-allocatable resources, in
+	// PreFilter and Filter) look up devices' NodeAllocatableResources,
+	// never counters.
+	countersIgnored atomic.Bool
 	// capture is what upstream's PreFilter built the cycle's allocator
 	// from (capture.go): node pruning and preemption's dry runs read it.
 	capture cycleCapture
@@ -88,10 +97,10 @@ type draManager struct {
 	// the driver's order.
 	bestFit *bestFit
 	// steering limits the listed slices to a planned gang member's
-	// devices (gangs.go).
+	// devices (podgrouppostfilter.go).
 	steering steering
 	// served, while set, answers upstream's PreFilter in place of the
-	// manager it wraps: what pruning first gathered (prunefirst.go).
+	// manager it wraps: what pruning first gathered (prune.go).
 	served atomic.Pointer[servedView]
 }
 
@@ -127,11 +136,11 @@ type claimTracker struct {
 	// (pkg/releasehold), for every profile of the scheduler.
 	holds *releasehold.Holds
 	// freeing are the victims' devices of a pod-group preemption's dry
-	// run while a member's PreFilter runs (gangpreemption.go).
-	freeing atomic.Pointer[podGroupPreemption]
+	// run while a member's PreFilter runs (pkg/gangpreempt).
+	freeing atomic.Pointer[gangpreempt.DryRun]
 	// pending are the allocations this profile signalled and has not
 	// removed, by the UID upstream signalled them under; preemption's
-	// release view holds them (preemption.go, readReleaseView).
+	// release view holds them (victims.View.InFlight).
 	pending pendingAllocations
 }
 
@@ -139,7 +148,7 @@ type claimTracker struct {
 type pendingAllocations struct {
 	mu      sync.Mutex
 	byClaim map[types.UID]*resourceapi.AllocationResult
-	// writing are those PreBind may have written (claimwrites.go).
+	// writing are those PreBind may have written (reserve.go).
 	writing sets.Set[types.UID]
 }
 
@@ -295,7 +304,7 @@ func (t *claimTracker) SignalClaimPendingAllocation(uid types.UID, allocated *re
 
 // MaybeRemoveClaimPendingAllocation without forceRemove is Unreserve's:
 // after PreBind began, the allocation may or may not have been written, so
-// its devices are held (releasehold.go). PreBind's, after a successful
+// its devices are held (pkg/releasehold; reserve.go). PreBind's, after a successful
 // write, forces.
 func (t *claimTracker) MaybeRemoveClaimPendingAllocation(uid types.UID, forceRemove bool) bool {
 	pending := t.ResourceClaimTracker.GetPendingAllocation(uid)
@@ -338,4 +347,50 @@ func (t *claimTracker) AssumedClaimRestore(namespace, name string) {
 	if t.observer != nil {
 		t.observer.AssumeRestored(namespace, name)
 	}
+}
+
+// pendingUIDs are the UIDs of this profile's in-flight allocations.
+func (t *claimTracker) pendingUIDs() sets.Set[types.UID] {
+	t.pending.mu.Lock()
+	defer t.pending.mu.Unlock()
+	uids := sets.New[types.UID]()
+	for uid := range t.pending.byClaim {
+		uids.Insert(uid)
+	}
+	return uids
+}
+
+// startWriting marks in-flight allocations as possibly written from now on.
+func (t *claimTracker) startWriting(uids []types.UID) {
+	t.pending.mu.Lock()
+	defer t.pending.mu.Unlock()
+	if t.pending.writing == nil {
+		t.pending.writing = sets.New[types.UID]()
+	}
+	for _, uid := range uids {
+		if _, inFlight := t.pending.byClaim[uid]; inFlight {
+			t.pending.writing.Insert(uid)
+		}
+	}
+}
+
+// withoutFreed takes out of an in-use set, in a pod-group preemption's dry
+// run, the devices the victims free (gangpreempt.DryRun.WithoutFreed),
+// except those in flight: another member of the dry run took them.
+func (t *claimTracker) withoutFreed(state structured.AllocatedState, shares bool) {
+	if p := t.freeing.Load(); p != nil {
+		p.WithoutFreed(state.AllocatedDevices, t.inFlightDevices(shares))
+	}
+}
+
+// inFlightDevices are the devices this profile's in-flight allocations
+// hold whole.
+func (t *claimTracker) inFlightDevices(shares bool) sets.Set[structured.DeviceID] {
+	taken := sets.New[structured.DeviceID]()
+	for _, allocation := range t.inFlight() {
+		allocated.Each(allocation, shares, allocated.Visitor{
+			Whole: func(_ *resourceapi.DeviceRequestAllocationResult, id structured.DeviceID) { taken.Insert(id) },
+		})
+	}
+	return taken
 }

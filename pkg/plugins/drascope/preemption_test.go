@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drascope/drascope/pkg/whatif"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,6 +67,25 @@ type dryRunCluster struct {
 	node      fwk.NodeInfo
 	preemptor *v1.Pod
 	state     fwk.CycleState
+	// options build the cycle's what-if (setWhatIf).
+	options whatif.Options
+}
+
+// setWhatIf writes the cycle's what-if afresh, for the claims (the
+// preemptor's own when none), reading pods through pl as it is now.
+func (c *dryRunCluster) setWhatIf(claims ...*resourceapi.ResourceClaim) {
+	o := c.options
+	if len(claims) > 0 {
+		o.Claims = claims
+	}
+	o.View = c.pl.victimView()
+	c.state.Write(whatIfKey, whatIfState{whatif.New(o)})
+}
+
+// setPods makes the pods lister the scheduler's, and the what-if read it.
+func (c *dryRunCluster) setPods(pods corelisters.PodLister) {
+	c.pl.pods = pods
+	c.setWhatIf()
 }
 
 // newDryRunCluster: training-0 holds gpu-0 (claim a), training-1 and
@@ -92,14 +113,16 @@ func newDryRunCluster(t *testing.T, extra ...*resourceapi.ResourceClaim) *dryRun
 	pl := &DRAScope{claims: claimsAt{now: claims}}
 	allocating := dryrun.Allocating{Classes: dracases.Classes, CEL: dracases.CEL}
 	inUse := sets.New(structured.MakeDeviceID(gpuDriver, "node-0", "gpu-0"), structured.MakeDeviceID(gpuDriver, "node-0", "gpu-1"))
-	state := framework.NewCycleState()
-	state.Write(whatIfStateKey, &whatIf{
-		cycle:   dryrun.NewCycle(allocating, structured.AllocatedState{AllocatedDevices: inUse}, sets.New[structured.DeviceID](), []*resourceapi.ResourceSlice{slice}),
-		claims:  []*resourceapi.ResourceClaim{claims["wanted"]},
-		removed: map[types.UID]*v1.Pod{},
-	})
 	node := nodeInfo("node-0", training0, training1, inference0)
-	return &dryRunCluster{pl: pl, node: node, preemptor: preemptor, state: state}
+	c := &dryRunCluster{pl: pl, node: node, preemptor: preemptor, state: framework.NewCycleState(), options: whatif.Options{
+		Allocating: allocating,
+		State:      structured.AllocatedState{AllocatedDevices: inUse},
+		Kept:       sets.New[structured.DeviceID](),
+		Slices:     []*resourceapi.ResourceSlice{slice},
+		Claims:     []*resourceapi.ResourceClaim{claims["wanted"]},
+	}}
+	c.setWhatIf()
+	return c
 }
 
 func (c *dryRunCluster) pod(name string) fwk.PodInfo {
@@ -197,8 +220,8 @@ func TestDryRunFreesTheDevicesOfVictims(t *testing.T) {
 			}
 			// The cycle's own state is untouched: preemption evaluates
 			// nodes in parallel, each on a clone.
-			if w := whatIfIn(c.state); w.changed() {
-				t.Errorf("a clone's RemovePod/AddPod changed the cycle's what-if: removed %v, added %d", w.removed, len(w.added))
+			if w := whatIfIn(c.state); w.Changed() {
+				t.Errorf("a clone's RemovePod/AddPod changed the cycle's what-if: removed %v", w.Removed())
 			}
 		})
 	}
@@ -208,20 +231,23 @@ func TestDryRunFreesTheDevicesOfVictims(t *testing.T) {
 // where lower-priority pods hold devices that preempting them frees.
 func TestShortageIsUnschedulableOnlyWhereVictimsCouldHelp(t *testing.T) {
 	c := newDryRunCluster(t)
-	if !c.pl.lowerPriorityPodsHoldDevices(c.preemptor, c.node, nil) {
+	holds := func(c *dryRunCluster, pod *v1.Pod, node fwk.NodeInfo, removed map[types.UID]*v1.Pod) bool {
+		return whatif.LowerPriorityHold(c.pl.victimView(), pod, podsOf(node), removed)
+	}
+	if !holds(c, c.preemptor, c.node, nil) {
 		t.Errorf("training-0 holds gpu-0 alone at priority 0: preempting it would help a pod of priority 100")
 	}
-	if c.pl.lowerPriorityPodsHoldDevices(c.preemptor, c.node, map[types.UID]*v1.Pod{"training-0": nil}) {
+	if holds(c, c.preemptor, c.node, map[types.UID]*v1.Pod{"training-0": nil}) {
 		t.Errorf("with training-0 removed, only training-1 is left, whose claim inference-0 (priority 100) shares")
 	}
 	// A pod of priority 100 holding a GPU alone: a victim for nobody of
 	// priority 100, one for a pod of priority 101.
 	same := holder("same", 100, "own")
 	withOwn := newDryRunCluster(t, gpuClaim("own", []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-0", false)}, same))
-	if withOwn.pl.lowerPriorityPodsHoldDevices(holder("peer", 100), nodeInfo("node-0", same), nil) {
+	if holds(withOwn, holder("peer", 100), nodeInfo("node-0", same), nil) {
 		t.Errorf("a pod of equal priority is no victim")
 	}
-	if !withOwn.pl.lowerPriorityPodsHoldDevices(holder("higher", 101), nodeInfo("node-0", same), nil) {
+	if !holds(withOwn, holder("higher", 101), nodeInfo("node-0", same), nil) {
 		t.Errorf("a pod of priority 100 holding a GPU alone is a victim for a pod of priority 101")
 	}
 }
@@ -233,33 +259,11 @@ func TestClaimsOfPodsThatStayAreNotFreed(t *testing.T) {
 	claim := gpuClaim("pending-share", []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-0", false)}, victim)
 	c := newDryRunCluster(t, claim)
 	gone := map[types.UID]*v1.Pod{victim.UID: victim}
-	if freed := c.pl.allocationsFreedBy(gone, gone, nil); len(freed) != 1 {
+	if freed := c.pl.victimView().FreedBy(gone, gone, nil); len(freed) != 1 {
 		t.Fatalf("with no other pod on the node, the victim's claim must be freed; got %d allocations", len(freed))
 	}
-	if freed := c.pl.allocationsFreedBy(gone, gone, []*v1.Pod{victim, assumed}); len(freed) != 0 {
+	if freed := c.pl.victimView().FreedBy(gone, gone, []*v1.Pod{victim, assumed}); len(freed) != 0 {
 		t.Errorf("a claim the assumed pod uses was freed with the victim: %d allocations", len(freed))
-	}
-}
-
-func TestOnlyUsedBy(t *testing.T) {
-	a, b := holder("a", 0), holder("b", 0)
-	gone := map[types.UID]*v1.Pod{a.UID: a}
-	owned := gpuClaim("owned", nil)
-	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "a", UID: a.UID, Controller: ptr.To(true)}}
-	for name, tc := range map[string]struct {
-		claim *resourceapi.ResourceClaim
-		want  bool
-	}{
-		"reserved for the victim only":               {claim: gpuClaim("c", nil, a), want: true},
-		"reserved for a victim and another pod":      {claim: gpuClaim("c", nil, a, b)},
-		"not reserved yet, generated for the victim": {claim: owned, want: true},
-		"not reserved yet, standalone":               {claim: gpuClaim("c", nil)},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got := onlyUsedBy(tc.claim, gone); got != tc.want {
-				t.Errorf("onlyUsedBy = %v, want %v", got, tc.want)
-			}
-		})
 	}
 }
 
@@ -358,11 +362,10 @@ func TestPreemptorStaysOnItsNominatedNodeWhileVictimsLeave(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := newDryRunCluster(t)
-			w := whatIfIn(c.state)
 			if tc.wanted != nil {
-				w.claims = []*resourceapi.ResourceClaim{tc.wanted}
+				c.setWhatIf(tc.wanted)
 			}
-			if got := c.pl.nominatedNodeAwaitingVictims(context.Background(), tc.pod, []fwk.NodeInfo{tc.node}, w); got != tc.want {
+			if got := c.pl.nominatedNodeAwaitingVictims(context.Background(), tc.pod, []fwk.NodeInfo{tc.node}, whatIfIn(c.state)); got != tc.want {
 				t.Errorf("nominatedNodeAwaitingVictims = %q, want %q", got, tc.want)
 			}
 		})
@@ -374,11 +377,13 @@ func TestPreemptorStaysOnItsNominatedNodeWhileVictimsLeave(t *testing.T) {
 // not be reprieved, and would be preempted for nothing.
 func TestDryRunCountsReleasingDevicesFree(t *testing.T) {
 	c := newDryRunCluster(t)
-	w := whatIfIn(c.state)
-	w.releasing = &releasing{}
-	w.releasing.once.Do(func() {
-		w.releasing.view.allocations = []*resourceapi.AllocationResult{{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{gpuResult("gpu-1", false)}}}}
-	})
+	// training-0 runs; training-1 and inference-0, which share gpu-1's
+	// claim, are gone: gpu-1 is being released.
+	running := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := running.Add(holder("training-0", 0, "a")); err != nil {
+		t.Fatal(err)
+	}
+	c.setPods(corelisters.NewPodLister(running))
 	state := c.state.Clone()
 	c.remove(t, state, "training-0")
 	c.add(t, state, "training-0")
@@ -408,22 +413,18 @@ func TestDeviceOfADeallocatedClaimIsFreeWhileTheInUseSetLags(t *testing.T) {
 
 	t.Run("the nominated preemptor stays", func(t *testing.T) {
 		c := newDryRunCluster(t, deallocated)
-		c.pl.pods = pods
+		c.setPods(pods)
 		pod := holder("preemptor", 100, "wanted")
 		pod.Spec.NodeName, pod.Status.NominatedNodeName = "", "node-0"
-		w := whatIfIn(c.state)
-		w.releasing = &releasing{}
 		node := nodeInfo("node-0", training1, inference0)
-		if got := c.pl.nominatedNodeAwaitingVictims(context.Background(), pod, []fwk.NodeInfo{node}, w); got != "node-0" {
+		if got := c.pl.nominatedNodeAwaitingVictims(context.Background(), pod, []fwk.NodeInfo{node}, whatIfIn(c.state)); got != "node-0" {
 			t.Errorf("nominatedNodeAwaitingVictims = %q, want node-0: gpu-0's claim is deallocated", got)
 		}
 	})
 	t.Run("a preemption dry run counts it free", func(t *testing.T) {
 		c := newDryRunCluster(t, deallocated)
-		c.pl.pods = pods
+		c.setPods(pods)
 		c.node = nodeInfo("node-0", training1, inference0)
-		w := whatIfIn(c.state)
-		w.releasing = &releasing{}
 		state := c.state.Clone()
 		c.remove(t, state, "training-1") // shares gpu-1 with inference-0: frees nothing
 		if status := c.pl.Filter(context.Background(), state, c.preemptor, c.node); !status.IsSuccess() {
@@ -432,36 +433,14 @@ func TestDeviceOfADeallocatedClaimIsFreeWhileTheInUseSetLags(t *testing.T) {
 	})
 	t.Run("a device a claim holds stays in use", func(t *testing.T) {
 		c := newDryRunCluster(t)
-		c.pl.pods = pods
+		c.setPods(pods)
 		c.node = nodeInfo("node-0", training1, inference0)
-		w := whatIfIn(c.state)
-		w.releasing = &releasing{}
 		state := c.state.Clone()
 		c.remove(t, state, "training-1")
 		if status := c.pl.Filter(context.Background(), state, c.preemptor, c.node); status.IsSuccess() {
 			t.Error("Filter with gpu-0 allocated to claim a succeeded, want a shortage")
 		}
 	})
-}
-
-// A refusal lands in the pending pod's status and events: it names the
-// nominated pods of the pod's own namespace, and only counts the others.
-func TestPodsSeenFromANamespace(t *testing.T) {
-	pod := func(namespace, name string) *v1.Pod {
-		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	}
-	for _, tc := range []struct {
-		pods []*v1.Pod
-		want string
-	}{
-		{[]*v1.Pod{pod("team-a", "urgent")}, "team-a/urgent"},
-		{[]*v1.Pod{pod("team-b", "urgent")}, "a pod of another namespace"},
-		{[]*v1.Pod{pod("team-a", "one"), pod("team-b", "two"), pod("team-c", "three")}, "team-a/one, 2 pods of other namespaces"},
-	} {
-		if got := podsSeenFrom("team-a", tc.pods); got != tc.want {
-			t.Errorf("podsSeenFrom(team-a, %d pods) = %q, want %q", len(tc.pods), got, tc.want)
-		}
-	}
 }
 
 // A victim the scheduler preempted is on its way out: in a preemption dry
@@ -485,8 +464,8 @@ func TestDryRunCountsDevicesOfPreemptedVictimsFree(t *testing.T) {
 			}
 			c := newDryRunCluster(t)
 			c.pl.pods = corelisters.NewPodLister(running)
-			view := c.pl.readReleaseView()
-			got := slices.ContainsFunc(view.allocations, func(a *resourceapi.AllocationResult) bool {
+			release := c.pl.victimView().Releasing()
+			got := slices.ContainsFunc(release.Allocations, func(a *resourceapi.AllocationResult) bool {
 				return a.Devices.Results[0].Device == "gpu-0"
 			})
 			if got != tc.want {

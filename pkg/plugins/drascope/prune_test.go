@@ -12,10 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/claimholders"
 )
 
 func podWith(name string, priority int32, claims bool) *v1.Pod {
@@ -57,7 +58,7 @@ func TestPruningKeepsNodesWithLowerPriorityClaims(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			candidates := sets.New("free")
 			if mayPreempt(tc.pod) {
-				holders.keepPreemptible(candidates, tc.pod, inSnapshot)
+				holders.KeepPreemptible(candidates, tc.pod, inSnapshot)
 			}
 			if !candidates.Equal(sets.New(tc.want...)) {
 				t.Errorf("candidates %v, want %v", sets.List(candidates), tc.want)
@@ -143,106 +144,13 @@ func TestPruningOnlyForClaimsUpstreamAllocates(t *testing.T) {
 }
 
 // holdersOf records pods bound to nodes, by node.
-func holdersOf(byNode map[string][]*v1.Pod) *claimHolders {
-	holders := &claimHolders{}
+func holdersOf(byNode map[string][]*v1.Pod) *claimholders.Holders {
+	holders := &claimholders.Holders{}
 	for node, pods := range byNode {
 		for _, pod := range pods {
 			pod.Spec.NodeName = node
-			holders.set(pod)
+			holders.Set(pod)
 		}
 	}
 	return holders
-}
-
-// The holders follow the pod informer's events: a lower-priority holder
-// bound to a node makes it kept; one that moves, stops using claims or is
-// deleted (also through a tombstone) no longer does; nodes the snapshot
-// does not know are never added.
-func TestClaimHoldersFollowPodEvents(t *testing.T) {
-	holders := &claimHolders{}
-	events := holders.handlers()
-	urgent := podWith("urgent", 100, true)
-	kept := func() []string {
-		candidates := sets.New[string]()
-		holders.keepPreemptible(candidates, urgent, sets.New("peer", "other").Has)
-		return sets.List(candidates)
-	}
-	peer := podWith("inference", 100, true)
-	peer.Spec.NodeName = "peer"
-	events.OnAdd(peer, false)
-	pending := podWith("training", 0, true)
-	events.OnAdd(pending, false)
-	if got := kept(); len(got) != 0 {
-		t.Fatalf("kept %v for peers and a pending pod, want nothing", got)
-	}
-	bound := pending.DeepCopy()
-	bound.Spec.NodeName = "peer"
-	events.OnUpdate(pending, bound)
-	if got := kept(); !slices.Equal(got, []string{"peer"}) {
-		t.Fatalf("kept %v once a lower-priority holder was bound to peer, want [peer]", got)
-	}
-	elsewhere := podWith("elsewhere", 0, true)
-	elsewhere.Spec.NodeName = "not-in-snapshot"
-	events.OnAdd(elsewhere, false)
-	if got := kept(); !slices.Equal(got, []string{"peer"}) {
-		t.Fatalf("kept %v with a holder on a node the snapshot lacks, want [peer]", got)
-	}
-	noClaims := bound.DeepCopy()
-	noClaims.Spec.ResourceClaims = nil
-	events.OnUpdate(bound, noClaims)
-	if got := kept(); len(got) != 0 {
-		t.Fatalf("kept %v after the holder's update dropped its claims, want nothing", got)
-	}
-	events.OnUpdate(noClaims, bound)
-	events.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/training", Obj: bound})
-	if got := kept(); len(got) != 0 {
-		t.Errorf("kept %v after the holder's deletion, want nothing", got)
-	}
-	if len(holders.pods) != 2 || len(holders.byPriority) != 2 {
-		t.Errorf("holders hold %d pods at %d priorities, want the two left (inference, elsewhere)", len(holders.pods), len(holders.byPriority))
-	}
-}
-
-// A pod Reserve placed counts at once and stays counted through the
-// informer's events for it still unbound (upstream patches its
-// nominatedNodeName before PreBind), until Unreserve; Unreserve leaves a
-// pod the informer has seen bound (its binding went through although the
-// call failed). Until the handler synced, the holders are not known.
-func TestReservedHolderOutlivesUnboundEvents(t *testing.T) {
-	synced := false
-	holders := &claimHolders{synced: func() bool { return synced }}
-	events := holders.handlers()
-	urgent := podWith("urgent", 100, true)
-	kept := func() bool {
-		candidates := sets.New[string]()
-		holders.keepPreemptible(candidates, urgent, sets.New("node").Has)
-		return candidates.Has("node")
-	}
-	if holders.known() {
-		t.Fatal("holders known before the informer's first list")
-	}
-	synced = true
-	training := podWith("training", 0, true)
-	holders.reserve(training, "node")
-	if !kept() {
-		t.Fatal("a reserved lower-priority holder did not keep its node")
-	}
-	nominated := training.DeepCopy()
-	nominated.Status.NominatedNodeName = "node"
-	events.OnUpdate(training, nominated)
-	if !kept() {
-		t.Fatal("the informer's event for the pod still unbound erased its reservation")
-	}
-	holders.unreserve(training.UID)
-	if kept() {
-		t.Fatal("an unreserved pod still kept its node")
-	}
-	holders.reserve(training, "node")
-	bound := nominated.DeepCopy()
-	bound.Spec.NodeName = "node"
-	events.OnUpdate(nominated, bound)
-	holders.unreserve(training.UID)
-	if !kept() {
-		t.Error("Unreserve forgot a pod the informer had seen bound")
-	}
 }

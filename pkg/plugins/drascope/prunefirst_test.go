@@ -135,7 +135,7 @@ func TestPruningFirstOnlyWhereUpstreamWouldAllocate(t *testing.T) {
 			pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(),
 				index: nodeprune.NewIndex(nodeprune.IndexOptions{})}
 			if tc.holder != nil {
-				pl.claimHolders.set(tc.holder)
+				pl.holders.Set(tc.holder)
 			}
 
 			claims := pl.claimsOf(pod)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drascope/drascope/pkg/filtermemo"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -174,7 +176,7 @@ func heldClusterFor(ctx context.Context, tb testing.TB, mine *resourceapi.Resour
 		tb.Fatal(err)
 	}
 	pl := &DRAScope{DynamicResources: upstream, enabled: true, features: fts, manager: manager, claims: manager.ResourceClaims(), index: index,
-		handle: snapshotHandle{snapshot: snapshot}, filterMemo: &filterMemo{}}
+		handle: snapshotHandle{snapshot: snapshot}, filterMemo: &filtermemo.Memo{}}
 	return pl, upstream, recording, pod, infos
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drascope/drascope/pkg/whatif"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/klog/v2/ktesting"
@@ -46,7 +48,7 @@ func TestFilterCountsBeforeUpstreamSearches(t *testing.T) {
 	}{
 		{requests: 17, guarded: true},
 		{requests: 16, guarded: true, fits: true},
-		{requests: guardedFrom - 1, fits: true},
+		{requests: whatif.GuardedFrom - 1, fits: true},
 	} {
 		t.Run(fmt.Sprintf("%d on 16", tc.requests), func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -62,7 +64,7 @@ func TestFilterCountsBeforeUpstreamSearches(t *testing.T) {
 				t.Fatalf("PreFilter: %v", status)
 			}
 			w := whatIfIn(state)
-			if w == nil || w.guarded != tc.guarded {
+			if w == nil || w.Guarded() != tc.guarded {
 				t.Fatalf("what-if %v; want one, guarded %v", w, tc.guarded)
 			}
 			if tc.fits {

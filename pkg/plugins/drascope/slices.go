@@ -4,7 +4,13 @@ import (
 	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/drascope/drascope/pkg/adminaccess"
+	"github.com/drascope/drascope/pkg/gangplan"
+	"github.com/drascope/drascope/pkg/gangpreempt"
 )
 
 // ResourceSlices is what upstream's PreFilter lists slices through.
@@ -14,20 +20,20 @@ func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
 
 // listedSlices lists the scheduler's slices as upstream's allocator gets
 // them (or, while pruning first serves upstream's PreFilter, the slices it
-// serves: prunefirst.go), in four steps: with bestFit, each slice's devices in BestFit
-// order (devicechoice.go); in a gang's preemption dry run, the victims'
-// devices after the others (gangpreemption.go); while steering, only the free devices a gang
-// plan allows (gangs.go); while ignore is set, every device consuming zero
-// of each counter (adminaccess_counters.go). It hands what it handed out
-// to the cycle's capture.
+// serves: prune.go), in four steps: with bestFit, each slice's devices in
+// BestFit order (devicechoice.go); in a gang's preemption dry run, the
+// victims' devices after the others (pkg/gangpreempt); while steering,
+// only the free devices a gang plan allows (pkg/gangplan); while ignore is
+// set, every device consuming zero of each counter (pkg/adminaccess). It
+// hands what it handed out to the cycle's capture.
 type listedSlices struct {
 	fwk.ResourceSliceLister
 	served   *atomic.Pointer[servedView]
-	ignore   *countersIgnored
+	ignore   *atomic.Bool
 	capture  *cycleCapture
 	bestFit  *bestFit
 	steering *steering
-	freeing  *atomic.Pointer[podGroupPreemption]
+	freeing  *atomic.Pointer[gangpreempt.DryRun]
 }
 
 func (l listedSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
@@ -44,16 +50,16 @@ func (l listedSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, 
 	}
 	if err == nil && l.freeing != nil {
 		if p := l.freeing.Load(); p != nil {
-			slices = victimsLast(slices, p)
+			slices = p.VictimsLast(slices)
 		}
 	}
 	if err == nil && l.steering != nil {
 		if allowed := l.steering.allowed.Load(); allowed != nil {
-			slices = onlyPlanned(slices, *allowed, l.capture.inUse.Load())
+			slices = gangplan.OnlyPlanned(slices, *allowed, inUseOf(l.capture.inUse.Load()))
 		}
 	}
 	if err == nil && l.ignore.Load() {
-		slices = withZeroCounterConsumption(slices)
+		slices = adminaccess.WithZeroCounterConsumption(slices)
 	}
 	if err == nil {
 		l.capture.sawSlices(slices)
@@ -67,4 +73,18 @@ func (l listedSlices) servedSlices() *servedView {
 		return nil
 	}
 	return l.served.Load()
+}
+
+// steering limits, while upstream's PreFilter runs for a planned member,
+// the free devices its listing hands out to those planned for the member.
+type steering struct {
+	allowed atomic.Pointer[sets.Set[structured.DeviceID]]
+}
+
+// inUseOf is the in-use test of what the cycle captured (nil: none).
+func inUseOf(seen *inUseSeen) func(structured.DeviceID) bool {
+	if seen == nil {
+		return nil
+	}
+	return seen.state.AllocatedDevices.Has
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drascope/drascope/pkg/withheld"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -168,10 +170,11 @@ func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
 		pools:  poolcache.New(poolcache.Options{}),
 	}
 	node := func(name string) string { return name }
-	cycle := &withheldDevices{}
+	cycle := withheld.NewCycle(nil, false)
 	pending := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "waiting"}}
+	src := pl.withheldSource()
 
-	got := pl.withheldNote(ctx, cycle, pending, node("node-1"))
+	got := cycle.Note(ctx, src, pending.Namespace, node("node-1"))
 	for _, want := range []string{"gpu.example.com/node-1/gpu-0 (", "gpu.example.com/node-1/gpu-1 ("} {
 		if !strings.Contains(got, want) {
 			t.Errorf("note for node-1 = %q, want it to name %s", got, want)
@@ -180,21 +183,21 @@ func TestWithheldNoteNamesTheNodesDevicesOnly(t *testing.T) {
 	if strings.Contains(got, "node-0") {
 		t.Errorf("note for node-1 = %q names node-0's devices", got)
 	}
-	if got := pl.withheldNote(ctx, cycle, pending, node("node-0")); !strings.Contains(got, "node-0/gpu-2 (") || !strings.HasSuffix(got, "and 5 more") {
+	if got := cycle.Note(ctx, src, pending.Namespace, node("node-0")); !strings.Contains(got, "node-0/gpu-2 (") || !strings.HasSuffix(got, "and 5 more") {
 		t.Errorf("note for node-0 = %q, want gpu-0..gpu-2 named and 5 more", got)
 	}
-	if got := pl.withheldNote(ctx, cycle, pending, node("node-2")); got != "" {
+	if got := cycle.Note(ctx, src, pending.Namespace, node("node-2")); got != "" {
 		t.Errorf("note for node-2, which reported nothing = %q, want none", got)
 	}
 
 	// The note lands in the pending pod's status and events: a pod of
 	// another namespace learns the node's kubelet reported it, not which
 	// pod of which tenant.
-	if got := pl.withheldNote(ctx, cycle, pending, node("node-1")); !strings.Contains(got, "reported by pod default/") {
+	if got := cycle.Note(ctx, src, pending.Namespace, node("node-1")); !strings.Contains(got, "reported by pod default/") {
 		t.Errorf("note for a pod of the reporter's namespace = %q, want the reporting pod named", got)
 	}
 	stranger := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "waiting"}}
-	if got := pl.withheldNote(ctx, cycle, stranger, node("node-1")); strings.Contains(got, "default") || !strings.Contains(got, "reported by kubelet on node node-1") {
+	if got := cycle.Note(ctx, src, stranger.Namespace, node("node-1")); strings.Contains(got, "default") || !strings.Contains(got, "reported by kubelet on node node-1") {
 		t.Errorf("note for a pod of another namespace = %q, want the node's kubelet and no namespace", got)
 	}
 }
@@ -253,8 +256,11 @@ func TestWithheldNoteNamesDevicesOfThePodsClassesOnly(t *testing.T) {
 		"a pod with nothing left to allocate is told of none": {claims: &podClaims{}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cycle := &withheldDevices{claims: tc.claims}
-			got := pl.withheldNote(ctx, cycle, pending, node)
+			cycle := withheld.NewCycle(nil, false)
+			if tc.claims != nil {
+				cycle = withheld.NewCycle(tc.claims.toAllocate, tc.claims.unknown == 0)
+			}
+			got := cycle.Note(ctx, pl.withheldSource(), pending.Namespace, node)
 			if named := strings.Contains(got, "gpu.example.com/node-1/gpu-2 (") && strings.Contains(got, "gpu.example.com/node-1/gpu-3 ("); named != tc.named || (!named && got != "") {
 				t.Errorf("note = %q; want the withheld GPUs named: %v", got, tc.named)
 			}
@@ -277,26 +283,25 @@ func TestWithheldMessageIsBoundedAtScale(t *testing.T) {
 		pools: poolcache.New(poolcache.Options{}),
 	}
 	pending := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "waiting"}}
-	w := &withheldDevices{}
+	w := withheld.NewCycle(nil, false)
 	state := framework.NewCycleState()
-	state.Write(withheldStateKey, w)
+	state.Write(withheldKey, withheldState{w})
 	statuses := map[string]*fwk.Status{}
 	for i := range nodes {
 		name := fmt.Sprintf("node-%d", i)
-		reason := pl.withheldReasonFor(ctx, w, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-		if reason == "" {
+		if !w.Reaches(ctx, pl.withheldSource(), name) {
 			t.Fatalf("%s reaches no withheld device, want its own one", name)
 		}
-		statuses[name] = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "cannot allocate all claims", reason)
+		statuses[name] = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "cannot allocate all claims", withheld.Reason)
 	}
 	nodeToStatus := framework.NewNodeToStatus(statuses, fwk.NewStatus(fwk.UnschedulableAndUnresolvable))
 	note := pl.withheldSummary(ctx, state, pending, nodeToStatus)
-	if !strings.HasPrefix(note, "devices withheld because kubelet reported them Unhealthy: gpu.example.com/node-0/gpu-0 (") || !strings.HasSuffix(note, fmt.Sprintf("and %d more", nodes-maxWithheldInMessage)) {
+	if !strings.HasPrefix(note, "devices withheld because kubelet reported them Unhealthy: gpu.example.com/node-0/gpu-0 (") || !strings.HasSuffix(note, fmt.Sprintf("and %d more", nodes-withheld.MaxInMessage)) {
 		t.Errorf("note = %q; want the first devices named and the rest counted", note)
 	}
 	fitError := &framework.FitError{Pod: pending, NumAllNodes: nodes, Diagnosis: framework.Diagnosis{NodeToStatus: nodeToStatus, PostFilterMsg: note}}
 	message := fitError.Error()
-	if !strings.Contains(message, fmt.Sprintf("%d %s", nodes, withheldReason)) {
+	if !strings.Contains(message, fmt.Sprintf("%d %s", nodes, withheld.Reason)) {
 		t.Errorf("the message does not count the nodes: %s", message)
 	}
 	if len(message) > 1024 {

@@ -1,4 +1,4 @@
-package drascope
+package gangplan_test
 
 import (
 	"testing"
@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/gangplan"
 )
 
 // A planned member's listing: its planned devices, and every device in use
@@ -31,9 +33,9 @@ func TestOnlyPlannedLeavesOutFreeDevicesOfOtherMembers(t *testing.T) {
 	shared := slice("shared", "s-0")
 	shared.Spec.Devices[0].AllowMultipleAllocations = ptr.To(true)
 	untouched := slice("untouched", "gpu-0")
-	seen := &inUseSeen{state: structured.AllocatedState{AllocatedDevices: sets.New(id("planned", "half-b"), id("untouched", "gpu-0"))}}
+	inUse := sets.New(id("planned", "half-b"), id("untouched", "gpu-0"))
 
-	out := onlyPlanned([]*resourceapi.ResourceSlice{planned, shared, untouched}, sets.New(id("planned", "half-a")), seen)
+	out := gangplan.OnlyPlanned([]*resourceapi.ResourceSlice{planned, shared, untouched}, sets.New(id("planned", "half-a")), inUse.Has)
 
 	names := func(s *resourceapi.ResourceSlice) []string {
 		var n []string

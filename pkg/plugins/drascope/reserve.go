@@ -2,11 +2,14 @@ package drascope
 
 import (
 	"context"
+	"fmt"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/drascope/drascope/pkg/gangpreempt"
+	"github.com/drascope/drascope/pkg/metrics"
 )
 
 // A release hold (pkg/releasehold) is for an allocation whose write may
@@ -21,15 +24,10 @@ import (
 // allocation: when it leaves the in-flight set, or a new allocation of the
 // same claim enters it.
 
-const signalledKey fwk.StateKey = Name + "/signalled"
-
-// signalled are the claim UIDs of the in-flight allocations a pod uses
-// after Reserve.
-type signalled struct{ uids []types.UID }
-
-func (s signalled) Clone() fwk.StateData { return s }
-
-// Reserve runs upstream's and notes the allocations it put in flight.
+// Reserve runs upstream's and notes the allocations it put in flight
+// (signalledKey); where the filter memo answered for the chosen node, it
+// runs upstream's Filter there first. In a pod-group preemption's dry run
+// it records the devices the member chose.
 func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	if pl.manager == nil || (len(pod.Spec.ResourceClaims) == 0 && !requestsExtendedResources(pod)) {
 		// Nothing of the pod can be in flight: most pods of a cluster.
@@ -52,13 +50,37 @@ func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.P
 	if uses.Len() > 0 {
 		state.Write(signalledKey, signalled{uids: uses.UnsortedList()})
 	}
-	if status.IsSuccess() && podGroupPreemptionIn(ctx) != nil {
-		pl.recordChosen(whatIfIn(state))
+	if status.IsSuccess() && gangpreempt.From(ctx) != nil {
+		whatIfIn(state).Chose(pl.claims.GetPendingAllocation, pl.allocating.Features.ConsumableCapacity)
 	}
 	if status.IsSuccess() && len(pod.Spec.ResourceClaims) > 0 {
-		// A holder from now on, before the informer sees it bound
-		// (holders.go).
-		pl.claimHolders.reserve(pod, nodeName)
+		// A holder from now on, before the informer sees it bound.
+		pl.holders.Reserve(pod, nodeName)
+	}
+	return status
+}
+
+// filterChosenIfMemoized runs upstream's Filter on the chosen node when the
+// filter memo answered for it, so that upstream's Reserve finds its result
+// there.
+func (pl *DRAScope) filterChosenIfMemoized(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	memo := memoIn(state)
+	if memo == nil || !memo.AnsweredFor(nodeName) {
+		return nil
+	}
+	nodeInfo, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	status := pl.filterExplained(ctx, state, pod, nodeInfo)
+	if !status.IsSuccess() {
+		// An error, not a refusal: no event may come to retry a pod
+		// refused for an input the memo does not compare, and an error
+		// retries it with backoff.
+		metrics.ObserveFilterMemo(metrics.FilterMemoRefuted)
+		klog.FromContext(ctx).Info("Upstream's Filter refused the node the filter memo accepted; the memo forgets everything", "pod", klog.KObj(pod), "node", nodeName, "status", status)
+		memo.Forget()
+		return fwk.AsStatus(fmt.Errorf("upstream's Filter refused node %s, which the filter memo accepted: %s", nodeName, status.Message()))
 	}
 	return status
 }
@@ -67,45 +89,9 @@ func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.P
 // recorded: it is not bound.
 func (pl *DRAScope) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	pl.DynamicResources.Unreserve(ctx, state, pod, nodeName)
-	pl.claimHolders.unreserve(pod.UID)
+	pl.holders.Unreserve(pod.UID)
 	if pl.waiting != nil {
 		// It retries with upstream's backoff, not when a hold ends.
 		pl.waiting.ForgetWaitingPod(pod)
-	}
-}
-
-// PreBind marks the pod's in-flight allocations as being written, then
-// runs upstream's, which writes them.
-func (pl *DRAScope) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	if s, ok := fromCycle[signalled](state, signalledKey); ok && pl.manager != nil {
-		pl.manager.claims.startWriting(s.uids)
-	}
-	// A gang member that got this far needs its plan no more.
-	pl.gangPlans.forget([]*v1.Pod{pod})
-	return pl.DynamicResources.PreBind(ctx, state, pod, nodeName)
-}
-
-// pendingUIDs are the UIDs of this profile's in-flight allocations.
-func (t *claimTracker) pendingUIDs() sets.Set[types.UID] {
-	t.pending.mu.Lock()
-	defer t.pending.mu.Unlock()
-	uids := sets.New[types.UID]()
-	for uid := range t.pending.byClaim {
-		uids.Insert(uid)
-	}
-	return uids
-}
-
-// startWriting marks in-flight allocations as possibly written from now on.
-func (t *claimTracker) startWriting(uids []types.UID) {
-	t.pending.mu.Lock()
-	defer t.pending.mu.Unlock()
-	if t.pending.writing == nil {
-		t.pending.writing = sets.New[types.UID]()
-	}
-	for _, uid := range uids {
-		if _, inFlight := t.pending.byClaim[uid]; inFlight {
-			t.pending.writing.Insert(uid)
-		}
 	}
 }

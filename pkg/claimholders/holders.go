@@ -1,4 +1,8 @@
-package drascope
+// Package claimholders follows, from the scheduler's pod informer, the
+// nodes where pods that use ResourceClaims run, by the pods' priority: the
+// nodes DRA-aware preemption may free devices on for a pod of higher
+// priority. It knows nothing of the scheduler framework.
+package claimholders
 
 import (
 	"sync"
@@ -10,8 +14,9 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 )
 
-// claimHolders are the nodes where pods that use claims run, by the pods'
-// priority, kept from the scheduler's pod informer. Node pruning keeps,
+// Holders are the nodes where pods that use claims run, by the pods'
+// priority, kept from the scheduler's pod informer (Handlers). Node
+// pruning keeps,
 // for a pod that may preempt, the nodes where pods of lower priority hold
 // claims (DRA-aware preemption must reach them); reading that from the
 // snapshot cost a look at every node per pod. Here it costs a look at the
@@ -26,28 +31,28 @@ import (
 // process reserved counts from its binding event on, as a pod bound by
 // another scheduler does. Until the handler has seen the informer's first
 // list (synced), nothing is known: pruning then keeps every node for a pod
-// that may preempt (prune.go). Safe for concurrent use.
-type claimHolders struct {
+// that may preempt (pkg/plugins/drascope, prefilter.go). Safe for concurrent use.
+type Holders struct {
 	mu   sync.RWMutex
-	pods map[types.UID]claimHolder
+	pods map[types.UID]holder
 	// byPriority counts, per priority and node, the pods holding claims.
 	byPriority map[int32]map[string]int
-	// synced reports whether the handler has seen the informer's first
-	// list; nil: always (tests).
-	synced func() bool
+	// Synced reports whether the handler has seen the informer's first
+	// list (the registration's HasSynced); nil: always (tests).
+	Synced func() bool
 }
 
-type claimHolder struct {
+type holder struct {
 	node     string
 	priority int32
 	// reserved: recorded by Reserve, not yet seen bound.
 	reserved bool
 }
 
-// set records a pod as the informer shows it: a holder when it is bound to
+// Set records a pod as the informer shows it: a holder when it is bound to
 // a node and uses claims. An unbound pod that Reserve recorded stays
 // recorded.
-func (c *claimHolders) set(pod *v1.Pod) {
+func (c *Holders) Set(pod *v1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if pod.Spec.NodeName == "" && c.pods[pod.UID].reserved {
@@ -56,16 +61,16 @@ func (c *claimHolders) set(pod *v1.Pod) {
 	c.setLocked(pod, pod.Spec.NodeName, false)
 }
 
-// reserve records a pod Reserve placed on node.
-func (c *claimHolders) reserve(pod *v1.Pod, node string) {
+// Reserve records a pod Reserve placed on node.
+func (c *Holders) Reserve(pod *v1.Pod, node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.setLocked(pod, node, true)
 }
 
-// unreserve forgets a pod Reserve recorded, unless the informer has seen
+// Unreserve forgets a pod Reserve recorded, unless the informer has seen
 // it bound meanwhile (a binding that succeeded although its call failed).
-func (c *claimHolders) unreserve(uid types.UID) {
+func (c *Holders) Unreserve(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.pods[uid].reserved {
@@ -73,14 +78,14 @@ func (c *claimHolders) unreserve(uid types.UID) {
 	}
 }
 
-func (c *claimHolders) setLocked(pod *v1.Pod, node string, reserved bool) {
+func (c *Holders) setLocked(pod *v1.Pod, node string, reserved bool) {
 	c.forgetLocked(pod.UID)
 	if node == "" || len(pod.Spec.ResourceClaims) == 0 {
 		return
 	}
-	h := claimHolder{node: node, priority: corev1helpers.PodPriority(pod), reserved: reserved}
+	h := holder{node: node, priority: corev1helpers.PodPriority(pod), reserved: reserved}
 	if c.pods == nil {
-		c.pods, c.byPriority = map[types.UID]claimHolder{}, map[int32]map[string]int{}
+		c.pods, c.byPriority = map[types.UID]holder{}, map[int32]map[string]int{}
 	}
 	c.pods[pod.UID] = h
 	if c.byPriority[h.priority] == nil {
@@ -89,14 +94,14 @@ func (c *claimHolders) setLocked(pod *v1.Pod, node string, reserved bool) {
 	c.byPriority[h.priority][h.node]++
 }
 
-// forget removes a pod.
-func (c *claimHolders) forget(uid types.UID) {
+// Forget removes a pod.
+func (c *Holders) Forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgetLocked(uid)
 }
 
-func (c *claimHolders) forgetLocked(uid types.UID) {
+func (c *Holders) forgetLocked(uid types.UID) {
 	h, ok := c.pods[uid]
 	if !ok {
 		return
@@ -111,15 +116,15 @@ func (c *claimHolders) forgetLocked(uid types.UID) {
 	}
 }
 
-// known reports whether the holders follow the informer yet.
-func (c *claimHolders) known() bool {
-	return c.synced == nil || c.synced()
+// Known reports whether the holders follow the informer yet.
+func (c *Holders) Known() bool {
+	return c.Synced == nil || c.Synced()
 }
 
-// anyBelow reports whether a pod of lower priority than priority holds
+// AnyBelow reports whether a pod of lower priority than priority holds
 // claims, or the holders are not known yet.
-func (c *claimHolders) anyBelow(priority int32) bool {
-	if !c.known() {
+func (c *Holders) AnyBelow(priority int32) bool {
+	if !c.Known() {
 		return true
 	}
 	c.mu.RLock()
@@ -132,9 +137,9 @@ func (c *claimHolders) anyBelow(priority int32) bool {
 	return false
 }
 
-// keepPreemptible adds the nodes (those has knows) where a pod of lower
+// KeepPreemptible adds the nodes (those has knows) where a pod of lower
 // priority than pod holds claims: preempting it may free devices there.
-func (c *claimHolders) keepPreemptible(candidates sets.Set[string], pod *v1.Pod, has func(node string) bool) {
+func (c *Holders) KeepPreemptible(candidates sets.Set[string], pod *v1.Pod, has func(node string) bool) {
 	priority := corev1helpers.PodPriority(pod)
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -150,8 +155,8 @@ func (c *claimHolders) keepPreemptible(candidates sets.Set[string], pod *v1.Pod,
 	}
 }
 
-// handlers keep the holders from pod events.
-func (c *claimHolders) handlers() cache.ResourceEventHandlerFuncs {
+// Handlers keep the holders from pod events.
+func (c *Holders) Handlers() cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.setObject(obj) },
 		UpdateFunc: func(_, obj any) { c.setObject(obj) },
@@ -160,14 +165,14 @@ func (c *claimHolders) handlers() cache.ResourceEventHandlerFuncs {
 				obj = tombstone.Obj
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
-				c.forget(pod.UID)
+				c.Forget(pod.UID)
 			}
 		},
 	}
 }
 
-func (c *claimHolders) setObject(obj any) {
+func (c *Holders) setObject(obj any) {
 	if pod, ok := obj.(*v1.Pod); ok {
-		c.set(pod)
+		c.Set(pod)
 	}
 }

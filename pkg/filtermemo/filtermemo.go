@@ -1,9 +1,13 @@
-package drascope
+// Package filtermemo remembers which nodes upstream's DynamicResources
+// Filter accepted, with everything its allocator read for each, so that
+// the next pod of the same claim shape is accepted on those nodes without
+// running the allocator while nothing it reads has changed. It knows
+// nothing of the scheduler framework: the DRAScope plugin sets a Cycle up
+// in PreFilter, asks it in Filter and checks its answers in Reserve.
+package filtermemo
 
 import (
-	"context"
 	"encoding/binary"
-	"fmt"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -15,13 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	draapi "k8s.io/dynamic-resource-allocation/api"
 	"k8s.io/dynamic-resource-allocation/structured"
-	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
-
-	"github.com/drascope/drascope/pkg/metrics"
 )
 
-// filterMemo remembers the nodes upstream's Filter accepted, with what its
+// Memo remembers the nodes upstream's Filter accepted, with what its
 // allocator read for each: on a cluster that is not full, nearly every node
 // accepts the pod, upstream's Filter runs its allocator on each of them
 // (about half of the scheduler's CPU at 500 nodes: docs/perf.md), and from
@@ -44,19 +44,16 @@ import (
 // slices with shared counters) may reach any node, and counts for all.
 //
 // Only acceptances are remembered (a refusal's message and retry hints come
-// from running Filter), and only for cycles where every claim is to
-// allocate and every node is kept (by pruning first, prunefirst.go, or,
-// for the pods it does not serve, such as admin access, by pruning after
-// upstream's PreFilter), with no gang member's steering or plan, whose
-// claims ask for devices by class only (upstream's Score reads Filter's
-// result for prioritized lists), without node-allocatable resources, and
-// outside a what-if state that changed anything (nominated pods added,
-// victims removed in preemption's dry runs). Upstream's Reserve
-// needs its Filter's result for the chosen node, so Reserve runs upstream's
-// Filter there first when the memo answered for it; were it to refuse, the
-// memo forgets everything and Reserve fails with an error, so that the pod
-// is retried with backoff (counted as Refuted).
-type filterMemo struct {
+// from running Filter), and only for claims that ask for devices by class
+// only (NewCycle; upstream's Score reads Filter's result for prioritized
+// lists). Which cycles the memo may serve at all is the plugin's to say
+// (pkg/plugins/drascope, prefilter.go: every claim to allocate, every node
+// kept, no gang steering or plan, no node-allocatable resources, no
+// what-if that changed anything). Upstream's Reserve needs its Filter's
+// result for the chosen node, so the plugin's Reserve runs upstream's
+// Filter there first when the memo answered for it (AnsweredFor); were it
+// to refuse, the memo forgets everything (Forget).
+type Memo struct {
 	mu sync.RWMutex
 	// shapes are the accepted nodes by claim shape, the most recently
 	// scheduled last.
@@ -70,11 +67,11 @@ type filterMemo struct {
 	// another name's.
 	cacheMu      sync.Mutex
 	deviceHashes map[structured.DeviceID]deviceHash
-	layout       *memoLayout
+	layout       *Layout
 	layouts      uint64
-	// listingFirst, for tests, hashes from the listing whenever the
+	// HashFromListing, for tests, hashes from the listing whenever the
 	// candidates are known, whatever it costs.
-	listingFirst bool
+	HashFromListing bool
 }
 
 // deviceHash is a device's hash and where it counts in one layout: one
@@ -87,10 +84,10 @@ type deviceHash struct {
 	bucket int32
 }
 
-// memoLayout is which slices and pools reach which node, for one set of
+// Layout is which slices and pools reach which node, for one set of
 // listed slices: the same from one cycle to the next until a slice changes
 // or, where pruning serves a part of them, the part does.
-type memoLayout struct {
+type Layout struct {
 	// slices are the listed slices (a listing holds each slice once: the
 	// informer's list, pruning's pools, BestFit's order and the counters'
 	// copies each keep one per slice, so equal sizes and membership make
@@ -125,16 +122,16 @@ type listedDevice struct {
 }
 
 // slicesOf are the slices of bucket b.
-func (l *memoLayout) slicesOf(b int) []*resourceapi.ResourceSlice {
+func (l *Layout) slicesOf(b int) []*resourceapi.ResourceSlice {
 	if b == len(l.local) {
 		return l.global
 	}
 	return l.local[b]
 }
 
-// reaching returns the slices of the pools that may reach any node and
+// Reaching returns the slices of the pools that may reach any node and
 // those of the candidates' own pools.
-func (l *memoLayout) reaching(candidates sets.Set[string]) []*resourceapi.ResourceSlice {
+func (l *Layout) Reaching(candidates sets.Set[string]) []*resourceapi.ResourceSlice {
 	n := len(l.global)
 	for name := range candidates {
 		if b, ok := l.nodes[name]; ok {
@@ -153,7 +150,7 @@ func (l *memoLayout) reaching(candidates sets.Set[string]) []*resourceapi.Resour
 
 // listedIn returns the devices listed in bucket b, each once: a device
 // listed twice (a malformed pool) would cancel out of the XOR.
-func (l *memoLayout) listedIn(b int) []listedDevice {
+func (l *Layout) listedIn(b int) []listedDevice {
 	if l.listed[b] != nil {
 		return l.listed[b]
 	}
@@ -177,11 +174,43 @@ func (l *memoLayout) listedIn(b int) []listedDevice {
 
 // bucketOf is where pool's devices count, or -1 for a pool no listed
 // slice is of.
-func (l *memoLayout) bucketOf(pool memoPool) int32 {
+func (l *Layout) bucketOf(pool memoPool) int32 {
 	if b, ok := l.buckets[pool]; ok {
 		return b
 	}
 	return -1
+}
+
+// NewCycle sets the memo up for one scheduling cycle, or returns nil when
+// it cannot answer for the claims (a request with alternatives, a spec it
+// cannot encode). classOf looks a device class up as the allocator does;
+// layout is LayoutOf the slices upstream's allocator was built from this
+// cycle; nodes returns the scheduler's nodes by name, asked for only now
+// and then, to drop what departed nodes left; state is the in-use state
+// the allocator was built from; candidates are the nodes Filter will see,
+// nil for every node: the memo answers for those only.
+func (m *Memo) NewCycle(claims []*resourceapi.ResourceClaim, classOf func(name string) (*resourceapi.DeviceClass, error), layout *Layout, nodes func() map[string]*v1.Node, state structured.AllocatedState, candidates sets.Set[string]) *Cycle {
+	var shape []byte
+	var classNames []string
+	for _, claim := range claims {
+		for _, request := range claim.Spec.Devices.Requests {
+			if request.Exactly == nil {
+				return nil
+			}
+			classNames = append(classNames, request.Exactly.DeviceClassName)
+		}
+		spec, err := claim.Spec.Marshal()
+		if err != nil {
+			return nil
+		}
+		// Length-prefixed: a spec's bytes may hold any byte.
+		shape = binary.AppendUvarint(shape, uint64(len(spec)))
+		shape = append(shape, spec...)
+	}
+	c := &Cycle{memo: m, shape: string(shape), classNames: classNames, classOf: classOf, layout: layout}
+	m.touch(c.shape, layout, nodes)
+	c.inUse = m.hashInUse(state, layout, candidates)
+	return c
 }
 
 // memoShapes bounds the claim shapes remembered: a cluster schedules a
@@ -207,10 +236,10 @@ type memoEntry struct {
 	inUse   uint64
 }
 
-// memoCycle is one cycle's side of the memo: what its allocator reads, by
+// Cycle is one cycle's side of the memo: what its allocator reads, by
 // node. It is written once in PreFilter and read by Filter's goroutines.
-type memoCycle struct {
-	memo  *filterMemo
+type Cycle struct {
+	memo  *Memo
 	shape string
 	// classNames are the claims' classes, which classOf looks up now: the
 	// allocator looks them up for each node.
@@ -218,7 +247,7 @@ type memoCycle struct {
 	classOf    func(name string) (*resourceapi.DeviceClass, error)
 	// layout is which slices reach which node; inUse hashes the devices
 	// in use by its buckets.
-	layout *memoLayout
+	layout *Layout
 	inUse  bucketHashes
 
 	mu sync.Mutex
@@ -233,66 +262,14 @@ func poolOf(slice *resourceapi.ResourceSlice) memoPool {
 	return memoPool{draapi.MakeUniqueString(slice.Spec.Driver), draapi.MakeUniqueString(slice.Spec.Pool.Name)}
 }
 
-// Clone shares the cycle: a clone (nominated pods' pass, preemption's dry
-// runs) reads the same allocator.
-func (c *memoCycle) Clone() fwk.StateData { return c }
-
-const memoCycleKey fwk.StateKey = Name + "/filter-memo"
-
 var memoSeed = maphash.MakeSeed()
 
-// newMemoCycle sets up the memo for a cycle from view, what upstream's
-// PreFilter built its allocator from (where pruning first served it, the
-// allocator had the pools reaching the candidates, in BestFit's order:
-// for each node the view holds the same slices), or returns nil when the
-// memo cannot answer for it. candidates are the nodes Filter will see,
-// nil for every node: the memo answers for those only.
-func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo, view *cycleView, candidates sets.Set[string]) *memoCycle {
-	if pl.filterMemo == nil || pl.features.EnableDRANodeAllocatableResources || view == nil {
-		return nil
-	}
-	seen := view.seen
-	c := &memoCycle{memo: pl.filterMemo}
-	var shape []byte
-	var classNames []string
-	for _, claim := range claims.toAllocate {
-		for _, request := range claim.Spec.Devices.Requests {
-			if request.Exactly == nil {
-				return nil
-			}
-			classNames = append(classNames, request.Exactly.DeviceClassName)
-		}
-		spec, err := claim.Spec.Marshal()
-		if err != nil {
-			return nil
-		}
-		// Length-prefixed: a spec's bytes may hold any byte.
-		shape = binary.AppendUvarint(shape, uint64(len(spec)))
-		shape = append(shape, spec...)
-	}
-	c.shape, c.classNames, c.classOf = string(shape), classNames, pl.deviceClass
-
-	c.layout = pl.layoutOf(view)
-	pl.filterMemo.touch(c.shape, c.layout, nodes)
-	c.inUse = pl.filterMemo.hashInUse(seen.state, c.layout, candidates)
-	return c
-}
-
-// layoutOf returns the layout of the view's slices, laid out once a cycle:
-// finding the last cycle's layout looks up every listed slice.
-func (pl *DRAScope) layoutOf(view *cycleView) *memoLayout {
-	if view.layout == nil {
-		view.layout = pl.filterMemo.layoutOf(view.slices, pl.countersReachEveryNode)
-	}
-	return view.layout
-}
-
-// layoutOf returns the layout of the listed slices: the last one's when
+// LayoutOf returns the layout of the listed slices: the last one's when
 // they are the same slices. A pool is a node's own when each of its slices
 // names that node (and, where the allocator reads slices with shared
 // counters on every node, none has them); every other pool may reach any
 // node.
-func (m *filterMemo) layoutOf(listed []*resourceapi.ResourceSlice, countersReachEveryNode bool) *memoLayout {
+func (m *Memo) LayoutOf(listed []*resourceapi.ResourceSlice, countersReachEveryNode bool) *Layout {
 	m.cacheMu.Lock()
 	defer m.cacheMu.Unlock()
 	if l := m.layout; l != nil && l.countersReachEveryNode == countersReachEveryNode && len(l.slices) == len(listed) && !slices.ContainsFunc(listed, func(slice *resourceapi.ResourceSlice) bool {
@@ -301,7 +278,7 @@ func (m *filterMemo) layoutOf(listed []*resourceapi.ResourceSlice, countersReach
 	}) {
 		return l
 	}
-	l := &memoLayout{slices: make(map[*resourceapi.ResourceSlice]struct{}, len(listed)), countersReachEveryNode: countersReachEveryNode, nodes: map[string]int{}}
+	l := &Layout{slices: make(map[*resourceapi.ResourceSlice]struct{}, len(listed)), countersReachEveryNode: countersReachEveryNode, nodes: map[string]int{}}
 	owner := map[memoPool]string{}
 	pools := make([]memoPool, len(listed))
 	for i, slice := range listed {
@@ -362,7 +339,7 @@ func (m *filterMemo) layoutOf(listed []*resourceapi.ResourceSlice, countersReach
 // old objects: those of nodes that are gone or whose object changed, and
 // those whose slices are not the current layout's (a node pruning leaves
 // out loses its entries too, at worst one miss each).
-func (m *filterMemo) touch(key string, layout *memoLayout, nodes []fwk.NodeInfo) {
+func (m *Memo) touch(key string, layout *Layout, nodes func() map[string]*v1.Node) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if i := slices.IndexFunc(m.shapes, func(shape *shapeMemo) bool { return shape.key == key }); i >= 0 && i < len(m.shapes)-1 {
@@ -372,12 +349,7 @@ func (m *filterMemo) touch(key string, layout *memoLayout, nodes []fwk.NodeInfo)
 	if m.cycles++; m.cycles%memoSweepEvery != 0 {
 		return
 	}
-	current := make(map[string]*v1.Node, len(nodes))
-	for _, info := range nodes {
-		if node := info.Node(); node != nil {
-			current[node.Name] = node
-		}
-	}
+	current := nodes()
 	for _, shape := range m.shapes {
 		for name, entry := range shape.nodes {
 			var local []*resourceapi.ResourceSlice
@@ -412,13 +384,13 @@ type bucketHashes struct {
 // Both sides give a bucket the same hash for the listed devices; a device
 // in use that no slice lists counts only from the in-use side, and the
 // allocator never reads it.
-func (m *filterMemo) hashInUse(state structured.AllocatedState, l *memoLayout, candidates sets.Set[string]) bucketHashes {
+func (m *Memo) hashInUse(state structured.AllocatedState, l *Layout, candidates sets.Set[string]) bucketHashes {
 	m.cacheMu.Lock()
 	defer m.cacheMu.Unlock()
 	buckets := make([]uint64, len(l.local)+1)
 	var known []bool
 	most := len(state.AllocatedDevices)
-	if m.listingFirst {
+	if m.HashFromListing {
 		most = math.MaxInt
 	}
 	if hashed, ok := l.candidateBuckets(candidates, most); ok {
@@ -457,7 +429,7 @@ func (m *filterMemo) hashInUse(state structured.AllocatedState, l *memoLayout, c
 // candidateBuckets returns the local buckets of the candidates, when
 // hashing them and the pools that reach any node from their listing looks
 // up fewer devices than most, the devices in use.
-func (l *memoLayout) candidateBuckets(candidates sets.Set[string], most int) ([]int, bool) {
+func (l *Layout) candidateBuckets(candidates sets.Set[string], most int) ([]int, bool) {
 	if candidates == nil {
 		return nil, false
 	}
@@ -479,7 +451,7 @@ func (l *memoLayout) candidateBuckets(candidates sets.Set[string], most int) ([]
 
 // hashEveryInUse adds every device in inUse to its pool's bucket, with one
 // map access per device for its hash and bucket in the layout.
-func (m *filterMemo) hashEveryInUse(inUse sets.Set[structured.DeviceID], l *memoLayout, buckets []uint64) {
+func (m *Memo) hashEveryInUse(inUse sets.Set[structured.DeviceID], l *Layout, buckets []uint64) {
 	if m.deviceHashes == nil || len(m.deviceHashes) > 2*len(inUse)+1024 {
 		// Devices no longer in use go, now and then.
 		m.deviceHashes = make(map[structured.DeviceID]deviceHash, len(inUse))
@@ -514,8 +486,8 @@ func hashNames(names ...string) uint64 {
 	return h.Sum64()
 }
 
-// classes are the claims' classes now.
-func (c *memoCycle) classes() ([]*resourceapi.DeviceClass, bool) {
+// Classes are the claims' classes now.
+func (c *Cycle) Classes() ([]*resourceapi.DeviceClass, bool) {
 	classes := make([]*resourceapi.DeviceClass, 0, len(c.classNames))
 	for _, name := range c.classNames {
 		class, err := c.classOf(name)
@@ -527,9 +499,9 @@ func (c *memoCycle) classes() ([]*resourceapi.DeviceClass, bool) {
 	return classes, true
 }
 
-// classesAre reports whether the claims' classes are these now, without
+// ClassesAre reports whether the claims' classes are these now, without
 // the copy classes makes: it runs for every node the memo answers.
-func (c *memoCycle) classesAre(want []*resourceapi.DeviceClass) bool {
+func (c *Cycle) ClassesAre(want []*resourceapi.DeviceClass) bool {
 	if len(want) != len(c.classNames) {
 		return false
 	}
@@ -542,7 +514,7 @@ func (c *memoCycle) classesAre(want []*resourceapi.DeviceClass) bool {
 }
 
 // entryFor is what this cycle's allocator reads for node, with classes.
-func (c *memoCycle) entryFor(node *v1.Node, classes []*resourceapi.DeviceClass) memoEntry {
+func (c *Cycle) entryFor(node *v1.Node, classes []*resourceapi.DeviceClass) memoEntry {
 	entry := memoEntry{node: node, classes: classes, global: c.layout.global, inUse: c.inUse.global}
 	if n, ok := c.layout.nodes[node.Name]; ok {
 		entry.local = c.layout.local[n]
@@ -553,14 +525,14 @@ func (c *memoCycle) entryFor(node *v1.Node, classes []*resourceapi.DeviceClass) 
 
 // hashed reports whether the devices in use in the node's own pools were
 // hashed this cycle: the memo answers for no other node.
-func (c *memoCycle) hashed(node string) bool {
+func (c *Cycle) hashed(node string) bool {
 	n, ok := c.layout.nodes[node]
 	return !ok || c.inUse.known == nil || c.inUse.known[n]
 }
 
-// accepts reports whether upstream's Filter accepted the node before, with
+// Accepts reports whether upstream's Filter accepted the node before, with
 // what this cycle's allocator reads for it and the classes as they are now.
-func (c *memoCycle) accepts(node *v1.Node) bool {
+func (c *Cycle) Accepts(node *v1.Node) bool {
 	if !c.hashed(node.Name) {
 		return false
 	}
@@ -572,7 +544,7 @@ func (c *memoCycle) accepts(node *v1.Node) bool {
 		was, ok = shape.nodes[node.Name]
 	}
 	c.memo.mu.RUnlock()
-	if !ok || !was.equal(c.entryFor(node, nil)) || !c.classesAre(was.classes) {
+	if !ok || !was.equal(c.entryFor(node, nil)) || !c.ClassesAre(was.classes) {
 		return false
 	}
 	c.mu.Lock()
@@ -584,9 +556,9 @@ func (c *memoCycle) accepts(node *v1.Node) bool {
 	return true
 }
 
-// accepted remembers that upstream's Filter accepted the node this cycle,
+// Accepted remembers that upstream's Filter accepted the node this cycle,
 // with classes.
-func (c *memoCycle) accepted(node *v1.Node, classes []*resourceapi.DeviceClass) {
+func (c *Cycle) Accepted(node *v1.Node, classes []*resourceapi.DeviceClass) {
 	if !c.hashed(node.Name) {
 		return
 	}
@@ -604,24 +576,39 @@ func (c *memoCycle) accepted(node *v1.Node, classes []*resourceapi.DeviceClass) 
 	shape.nodes[node.Name] = entry
 }
 
-// answeredFor reports whether the memo accepted the node this cycle.
-func (c *memoCycle) answeredFor(node string) bool {
+// Answered counts the nodes the memo accepted this cycle.
+func (c *Cycle) Answered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answered.Len()
+}
+
+// HashedFromListing reports whether the cycle hashed the devices in use
+// from the candidates' listed devices (only their nodes' pools and those
+// that reach any node) rather than from every device in use.
+func (c *Cycle) HashedFromListing() bool { return c.inUse.known != nil }
+
+// Forget drops everything the cycle's memo remembers (Memo.Forget).
+func (c *Cycle) Forget() { c.memo.Forget() }
+
+// AnsweredFor reports whether the memo accepted the node this cycle.
+func (c *Cycle) AnsweredFor(node string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.answered.Has(node)
 }
 
-// forget drops everything the memo remembers: an acceptance upstream's
+// Forget drops everything the memo remembers: an acceptance upstream's
 // Filter refuted means an input the memo does not compare, which may be
 // behind other entries too.
-func (m *filterMemo) forget() {
+func (m *Memo) Forget() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.shapes = nil
 }
 
 // shape is the memo of a claim shape, or nil; the caller holds mu.
-func (m *filterMemo) shape(key string) *shapeMemo {
+func (m *Memo) shape(key string) *shapeMemo {
 	for _, shape := range m.shapes {
 		if shape.key == key {
 			return shape
@@ -631,60 +618,7 @@ func (m *filterMemo) shape(key string) *shapeMemo {
 }
 
 // equal compares what the allocator reads but the classes, which accepts
-// looks up afresh (classesAre).
+// looks up afresh (ClassesAre).
 func (e memoEntry) equal(o memoEntry) bool {
 	return e.node == o.node && e.inUse == o.inUse && slices.Equal(e.local, o.local) && slices.Equal(e.global, o.global)
-}
-
-// memoCycleIn is the cycle's memo, or nil.
-func memoCycleIn(state fwk.CycleState) *memoCycle {
-	c, _ := fromCycle[*memoCycle](state, memoCycleKey)
-	return c
-}
-
-// filterMemoized runs Filter through the memo: a node accepted before with
-// what this cycle's allocator reads for it is accepted without running
-// upstream's Filter; one upstream's Filter accepts is remembered.
-func (pl *DRAScope) filterMemoized(ctx context.Context, state fwk.CycleState, memo *memoCycle, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
-	node := nodeInfo.Node()
-	if node == nil {
-		return pl.filterExplained(ctx, state, pod, nodeInfo)
-	}
-	if memo.accepts(node) {
-		metrics.ObserveFilterMemo(metrics.FilterMemoAccepted)
-		return nil
-	}
-	// The allocator looks the classes up for each node: they were these
-	// when it ran if they are these before and after.
-	classes, ok := memo.classes()
-	status := pl.filterExplained(ctx, state, pod, nodeInfo)
-	metrics.ObserveFilterMemo(metrics.FilterMemoRan)
-	if ok && status.IsSuccess() && memo.classesAre(classes) {
-		memo.accepted(node, classes)
-	}
-	return status
-}
-
-// filterChosenIfMemoized runs upstream's Filter on the chosen node when the
-// memo answered for it, so that upstream's Reserve finds its result there.
-func (pl *DRAScope) filterChosenIfMemoized(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	memo := memoCycleIn(state)
-	if memo == nil || !memo.answeredFor(nodeName) {
-		return nil
-	}
-	nodeInfo, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
-	if err != nil {
-		return fwk.AsStatus(err)
-	}
-	status := pl.filterExplained(ctx, state, pod, nodeInfo)
-	if !status.IsSuccess() {
-		// An error, not a refusal: no event may come to retry a pod
-		// refused for an input the memo does not compare, and an error
-		// retries it with backoff.
-		metrics.ObserveFilterMemo(metrics.FilterMemoRefuted)
-		klog.FromContext(ctx).Info("Upstream's Filter refused the node the filter memo accepted; the memo forgets everything", "pod", klog.KObj(pod), "node", nodeName, "status", status)
-		memo.memo.forget()
-		return fwk.AsStatus(fmt.Errorf("upstream's Filter refused node %s, which the filter memo accepted: %s", nodeName, status.Message()))
-	}
-	return status
 }

@@ -1,0 +1,163 @@
+package drascope
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/drascope/drascope/pkg/dryrun"
+	"github.com/drascope/drascope/pkg/withheld"
+)
+
+// maxReleaseChecks bounds the nodes awaitingRelease tries.
+const maxReleaseChecks = 16
+
+// PostFilter runs upstream's (which frees allocated claims a pod cannot
+// use), then keeps DefaultPreemption from running for a pod that would fit
+// once devices already on their way out are free: devices of claims whose
+// pods are all gone, which the resourceclaim controller is about to
+// deallocate, or released since the cycle began. That is the window after
+// a preemptor's victims are gone: the nominated node no longer has a
+// terminating pod, so DefaultPreemption would find the pod eligible again
+// and preempt more. A refusal names a few of the withheld devices that
+// kept the pod off nodes (withheldSummary), once for the whole cycle.
+func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	result, status := pl.postFilter(ctx, state, pod, statuses)
+	if status.IsRejected() {
+		if note := pl.withheldSummary(ctx, state, pod, statuses); note != "" {
+			status = fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
+		}
+	}
+	return result, status
+}
+
+func (pl *DRAScope) postFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if refusedEarly(state) {
+		// Upstream's PreFilter did not run, so its PostFilter would find
+		// no cycle state and fail. It would have nothing to do: the pod's
+		// claims were all unallocated, its Filter never ran and it asks
+		// for no extended resource (so there is no claim of upstream's
+		// own to delete), which is when it answers this
+		// (dynamicresources.go, deallocateOrDeletePodClaims). The release
+		// check below is for nominated pods and for nodes refused as
+		// Unschedulable, and an early refusal has neither.
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	result, status := pl.DynamicResources.PostFilter(ctx, state, pod, statuses)
+	if status.Code() != fwk.Unschedulable {
+		return result, status
+	}
+	// A nominated pod is checked even where preemption would look at no
+	// node (PreFilter may have offered only its nominated node):
+	// DefaultPreemption, finding no candidate, would clear its nomination.
+	if !mayPreempt(pod) || (pod.Status.NominatedNodeName == "" && !preemptionMayLook(statuses, pl.handle)) {
+		return result, status
+	}
+	if node := pl.awaitingRelease(ctx, state, pod, statuses); node != "" {
+		klog.FromContext(ctx).V(4).Info("Not preempting: devices being released would make room", "pod", klog.KObj(pod), "node", node)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("waiting for devices on node %s to be released by pods that are gone", node))
+	}
+	return result, status
+}
+
+// preemptionMayLook reports whether DefaultPreemption would evaluate any
+// node: only nodes refused as Unschedulable are candidates. On a full
+// cluster of pods of equal priority none is, and the release check is
+// skipped.
+func preemptionMayLook(statuses fwk.NodeToStatusReader, h fwk.Handle) bool {
+	if statuses == nil {
+		return false
+	}
+	nodes, err := statuses.NodesForStatusCode(h.SnapshotSharedLister().NodeInfos(), fwk.Unschedulable)
+	return err == nil && len(nodes) > 0
+}
+
+// awaitingRelease returns a node where the pod would fit with the devices
+// on their way out free: its nominated node first, then the nodes of the
+// claims whose pods are all gone. It reads the claims as they are now, not
+// as the cycle began: a deallocation seen in between is a device free.
+func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) string {
+	w := whatIfIn(state)
+	if w == nil {
+		return ""
+	}
+	release := pl.victimView().Releasing()
+	var nodes []string
+	if nominated := pod.Status.NominatedNodeName; nominated != "" {
+		nodes = append(nodes, nominated)
+	}
+	for _, node := range w.NodesOfReleasing(release) {
+		if !slices.Contains(nodes, node) {
+			nodes = append(nodes, node)
+		}
+	}
+	if len(nodes) == 0 {
+		return ""
+	}
+	inUse, err := pl.manager.claims.ResourceClaimTracker.ListAllAllocatedDevices()
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := dryrun.NewBudget(pl.cycleBudget).Context(ctx)
+	defer cancel()
+	checked := 0
+	for _, name := range nodes {
+		if checked == maxReleaseChecks || ctx.Err() != nil {
+			break
+		}
+		if rejected := statuses.Get(name); rejected == nil || rejected.Plugin() != Name {
+			// Refused for something other than devices (or not at all):
+			// a release does not help there.
+			continue
+		}
+		checked++
+		nodeInfo, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(name)
+		if err != nil || nodeInfo.Node() == nil {
+			continue
+		}
+		if w.FitsOnceReleased(ctx, nodeInfo.Node(), inUse, release) {
+			return name
+		}
+	}
+	return ""
+}
+
+// withheldSummary names the devices withheld on the nodes Filter refused
+// with withheld.Reason, for PostFilter's message; "" when there are none.
+// Only the nodes that report withheld devices are looked up.
+func (pl *DRAScope) withheldSummary(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) string {
+	s, ok := fromCycle[withheldState](state, withheldKey)
+	if pl.health == nil || !ok || statuses == nil {
+		return ""
+	}
+	src := pl.withheldSource()
+	refusedFor := func(name string) bool {
+		status := statuses.Get(name)
+		return status != nil && slices.Contains(status.Reasons(), withheld.Reason)
+	}
+	reporting, anyNode := s.ReportingNodes(ctx, src)
+	var nodes []string
+	for _, name := range reporting {
+		if refusedFor(name) {
+			nodes = append(nodes, name)
+		}
+	}
+	if len(nodes) == 0 && anyNode {
+		// Network-attached devices only: any refused node reached them.
+		all, err := pl.handle.SnapshotSharedLister().NodeInfos().List()
+		if err != nil {
+			return ""
+		}
+		for _, info := range all {
+			if node := info.Node(); node != nil && refusedFor(node.Name) {
+				nodes = append(nodes, node.Name)
+				break
+			}
+		}
+	}
+	return s.Note(ctx, src, pod.Namespace, nodes...)
+}
