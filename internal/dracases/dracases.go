@@ -25,6 +25,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/deviceclass"
 )
 
 // The cases' drivers.
@@ -47,22 +49,7 @@ var FeatureSets = map[string]structured.Features{
 }
 
 // ClassList is a DeviceClassLister over a map.
-type ClassList map[string]*resourceapi.DeviceClass
-
-func (c ClassList) List() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, class := range c {
-		out = append(out, class)
-	}
-	return out, nil
-}
-
-func (c ClassList) Get(name string) (*resourceapi.DeviceClass, error) {
-	if class, ok := c[name]; ok {
-		return class, nil
-	}
-	return nil, fmt.Errorf("no class %s", name)
-}
+type ClassList = deviceclass.List
 
 func classWith(name string, expressions ...string) *resourceapi.DeviceClass {
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}}

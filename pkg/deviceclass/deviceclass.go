@@ -5,6 +5,7 @@ package deviceclass
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -20,13 +21,19 @@ var selectors = cel.NewCache(50, cel.Features{EnableConsumableCapacity: true, En
 // driver's device. A selector that does not compile, or fails on the
 // device, does not accept it: the allocator would not allocate it either.
 func Accepts(ctx context.Context, class *resourceapi.DeviceClass, driver string, device *resourceapi.Device) bool {
+	return SelectorsAccept(ctx, class.Spec.Selectors, driver, device)
+}
+
+// SelectorsAccept reports whether every CEL selector (a class's or a
+// request's) accepts the driver's device, as Accepts does for a class.
+func SelectorsAccept(ctx context.Context, deviceSelectors []resourceapi.DeviceSelector, driver string, device *resourceapi.Device) bool {
 	input := cel.Device{
 		Driver:                   driver,
 		AllowMultipleAllocations: device.AllowMultipleAllocations,
 		Attributes:               device.Attributes,
 		Capacity:                 device.Capacity,
 	}
-	for _, selector := range class.Spec.Selectors {
+	for _, selector := range deviceSelectors {
 		if selector.CEL == nil {
 			continue
 		}
@@ -57,4 +64,24 @@ func Driver(class *resourceapi.DeviceClass) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// List is a structured.DeviceClassLister over a map of classes by name.
+type List map[string]*resourceapi.DeviceClass
+
+// List returns every class.
+func (l List) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(l))
+	for _, class := range l {
+		out = append(out, class)
+	}
+	return out, nil
+}
+
+// Get returns the class of that name.
+func (l List) Get(name string) (*resourceapi.DeviceClass, error) {
+	if class, ok := l[name]; ok {
+		return class, nil
+	}
+	return nil, fmt.Errorf("device class %s not found", name)
 }

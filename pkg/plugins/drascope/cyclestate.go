@@ -1,12 +1,14 @@
 package drascope
 
 import (
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/drascope/drascope/pkg/devicescore"
 	"github.com/drascope/drascope/pkg/filtermemo"
 	"github.com/drascope/drascope/pkg/gangplan"
+	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/whatif"
 	"github.com/drascope/drascope/pkg/withheld"
 )
@@ -25,6 +27,7 @@ import (
 //	whatIfKey         PreFilter              AddPod, RemovePod, Filter,           the cycle; each clone its own pods
 //	                                         PostFilter, Reserve, PreScore
 //	memoKey           PreFilter              Filter, Reserve                      the cycle, for the nodes it hashed
+//	shortageKey       PreFilter              PostFilter                           the cycle: what the allocator was built from
 //	scoringKey        PreScore               NormalizeScore                       the cycle
 //	signalledKey      Reserve                PreBind                              until PreBind
 //	gangAttemptKey    PreFilter (members)    PodGroupPostFilter                   one pod-group cycle (its own state)
@@ -39,6 +42,7 @@ const (
 	mixedAdminKey   fwk.StateKey = Name + "/mixed-admin-access"
 	whatIfKey       fwk.StateKey = Name + "/whatif"
 	memoKey         fwk.StateKey = Name + "/filter-memo"
+	shortageKey     fwk.StateKey = Name + "/shortage"
 	scoringKey      fwk.StateKey = Name + "/scoring"
 	signalledKey    fwk.StateKey = Name + "/signalled"
 	gangAttemptKey  fwk.StateKey = Name + "/gang-attempt"
@@ -78,6 +82,16 @@ func (s whatIfState) Clone() fwk.StateData { return whatIfState{s.WhatIf.Clone()
 type memoState struct{ *filtermemo.Cycle }
 
 func (s memoState) Clone() fwk.StateData { return s }
+
+// shortageState is what PostFilter counts a refused pod's shortage from
+// (nodeprune.FindShortage): the claims, and the in-use set and slices the
+// cycle's allocator was built from. Shared by clones: only read.
+type shortageState struct {
+	claims []*resourceapi.ResourceClaim
+	view   nodeprune.View
+}
+
+func (s *shortageState) Clone() fwk.StateData { return s }
 
 // scoringState is what PreScore gathered for NormalizeScore.
 type scoringState struct {

@@ -61,6 +61,9 @@ type DRAScope struct {
 	// every slice answers, with deviceIDs caching the slices' device IDs).
 	index     *nodeprune.Index
 	deviceIDs nodeprune.DeviceIDs
+	// shortages are the pending pods' last reasons for pruning's
+	// refusal (prune.go).
+	shortages nodeprune.Shortages
 	// holders are the nodes of pods holding claims, by priority.
 	holders     claimholders.Holders
 	pods        corelisters.PodLister

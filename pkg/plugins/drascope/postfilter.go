@@ -6,10 +6,12 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/drascope/drascope/pkg/dryrun"
+	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/withheld"
 )
 
@@ -23,16 +25,49 @@ const maxReleaseChecks = 16
 // deallocate, or released since the cycle began. That is the window after
 // a preemptor's victims are gone: the nominated node no longer has a
 // terminating pod, so DefaultPreemption would find the pod eligible again
-// and preempt more. A refusal names a few of the withheld devices that
-// kept the pod off nodes (withheldSummary), once for the whole cycle.
+// and preempt more. A refusal names the request no node has enough free
+// devices for, with the counts (shortageNote), and a few of the withheld
+// devices that kept the pod off nodes (withheldSummary), once for the
+// whole cycle: the pod's message and its FailedScheduling event carry
+// them.
 func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	result, status := pl.postFilter(ctx, state, pod, statuses)
 	if status.IsRejected() {
-		if note := pl.withheldSummary(ctx, state, pod, statuses); note != "" {
-			status = fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
+		for _, note := range []string{pl.shortageNote(ctx, state, pod), pl.withheldSummary(ctx, state, pod, statuses)} {
+			if note != "" {
+				status = fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
+			}
 		}
 	}
 	return result, status
+}
+
+// shortageNote names the first request that no node the pod may run on
+// has enough free devices for, with the counts (nodeprune.FindShortage),
+// from what the cycle's allocator was built from; "" when every request
+// has such a node (the claims fail together, or the pod fails for
+// something else). It is counted once per pod every
+// nodeprune.ShortageTTL at most, so that a pod refused at every retry on
+// a full cluster pays for the count once in a while.
+func (pl *DRAScope) shortageNote(ctx context.Context, state fwk.CycleState, pod *v1.Pod) string {
+	s, ok := fromCycle[*shortageState](state, shortageKey)
+	if !ok || pl.handle == nil {
+		return ""
+	}
+	return pl.shortages.Reason(pod.UID, func() (nodeprune.Shortage, bool) {
+		nodes, err := pl.snapshotNodes()
+		if err != nil {
+			return nodeprune.Shortage{}, false
+		}
+		required := nodeaffinity.GetRequiredNodeAffinity(pod)
+		allowed := nodes[:0:0]
+		for _, node := range nodes {
+			if ok, err := required.Match(node); ok && err == nil {
+				allowed = append(allowed, node)
+			}
+		}
+		return nodeprune.FindShortage(ctx, s.claims, pl.deviceClass, s.view, allowed)
+	})
 }
 
 func (pl *DRAScope) postFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {

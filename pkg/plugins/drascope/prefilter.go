@@ -171,6 +171,7 @@ func (pl *DRAScope) pruneAfterUpstream(ctx context.Context, state fwk.CycleState
 		return keepToPlan(result, c.plan), nil
 	}
 	view := pl.takeCycleView(c.pod, c.claims)
+	writeShortageState(state, c.claims, view)
 	w := pl.newWhatIf(view, c.claims)
 	if w != nil {
 		c.attempt.Record(c.pod, w.Cycle(), w.Claims())

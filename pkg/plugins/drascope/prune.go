@@ -131,6 +131,17 @@ func (pl *DRAScope) takeCycleView(pod *v1.Pod, claims *podClaims) *cycleView {
 	return &cycleView{seen: seen, slices: slices}
 }
 
+// writeShortageState keeps, for PostFilter's message, what the cycle's
+// allocator was built from (shortageKey).
+func writeShortageState(state fwk.CycleState, claims *podClaims, view *cycleView) {
+	if view == nil {
+		return
+	}
+	state.Write(shortageKey, &shortageState{claims: claims.toAllocate, view: nodeprune.View{
+		Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld,
+	}})
+}
+
 // prunedFirst is what pruneFirst gathered and decided.
 type prunedFirst struct {
 	// view is the whole cycle view, which preemption's dry runs read.
@@ -204,6 +215,7 @@ func (pl *DRAScope) pruneFirst(ctx context.Context, state fwk.CycleState, c *pre
 		// A claim changed since DRAScope read it.
 		return nil
 	}
+	writeShortageState(state, c.claims, view)
 	result, status := pl.pruneNodes(ctx, c.pod, c.nodes, c.claims, view)
 	if !status.IsSuccess() {
 		metrics.ObserveEarlyRefusal(metrics.EarlyRefusalRefused)
