@@ -53,8 +53,16 @@ func (d *demo) fill(ctx context.Context) error {
 		return fmt.Errorf("no FailedScheduling event explains why %q waits (last: %q)", pending, message)
 	}
 	d.say("$ kubectl events -n training --for pod/%s\nWarning  FailedScheduling  %s", pending, message)
+	d.say("kubectl dra describe pod says, per request, what the cluster has and what holds it:")
+	out, err := d.kubectlDRA("describe", "pod", pending, "-n", "training")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(out, "Conclusion:") || !strings.Contains(out, "1 Unhealthy") {
+		return fmt.Errorf("describe pod %s does not conclude with the Unhealthy GPU:\n%s", pending, out)
+	}
 	empty := d.nodes[len(d.nodes)-1]
-	out, err := d.kubectlDRA("describe", "node", empty)
+	out, err = d.kubectlDRA("describe", "node", empty)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ const describePoolExample = `  # A pool by its ResourcePool name
 func newDescribeCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "describe",
-		Short: "Show the details of a DRA pool",
+		Short: "Show the details of a DRA pool, a node's pools, or why a pod's claims keep it pending",
 	}
 	o := &describePoolOptions{configFlags: configFlags, IOStreams: streams, now: time.Now}
 	pool := &cobra.Command{
@@ -48,7 +48,7 @@ func newDescribeCommand(configFlags *genericclioptions.ConfigFlags, streams gene
 	}
 	pool.Flags().StringVar(&o.driver, "driver", "", "The pool's DRA driver (with --pool, instead of NAME).")
 	pool.Flags().StringVar(&o.pool, "pool", "", "The pool's name (with --driver, instead of NAME).")
-	cmd.AddCommand(pool, newDescribeNodeCommand(configFlags, streams))
+	cmd.AddCommand(pool, newDescribeNodeCommand(configFlags, streams), newDescribePodCommand(configFlags, streams))
 	return cmd
 }
 
