@@ -184,12 +184,12 @@ func (l *Layout) bucketOf(pool memoPool) int32 {
 // NewCycle sets the memo up for one scheduling cycle, or returns nil when
 // it cannot answer for the claims (a request with alternatives, a spec it
 // cannot encode). classOf looks a device class up as the allocator does;
-// layout is LayoutOf the slices upstream's allocator was built from this
-// cycle; nodes returns the scheduler's nodes by name, asked for only now
+// layout returns LayoutOf the slices upstream's allocator was built from
+// this cycle, asked for only when the memo can answer for the claims; nodes returns the scheduler's nodes by name, asked for only now
 // and then, to drop what departed nodes left; state is the in-use state
 // the allocator was built from; candidates are the nodes Filter will see,
 // nil for every node: the memo answers for those only.
-func (m *Memo) NewCycle(claims []*resourceapi.ResourceClaim, classOf func(name string) (*resourceapi.DeviceClass, error), layout *Layout, nodes func() map[string]*v1.Node, state structured.AllocatedState, candidates sets.Set[string]) *Cycle {
+func (m *Memo) NewCycle(claims []*resourceapi.ResourceClaim, classOf func(name string) (*resourceapi.DeviceClass, error), layoutOf func() *Layout, nodes func() map[string]*v1.Node, state structured.AllocatedState, candidates sets.Set[string]) *Cycle {
 	var shape []byte
 	var classNames []string
 	for _, claim := range claims {
@@ -207,6 +207,7 @@ func (m *Memo) NewCycle(claims []*resourceapi.ResourceClaim, classOf func(name s
 		shape = binary.AppendUvarint(shape, uint64(len(spec)))
 		shape = append(shape, spec...)
 	}
+	layout := layoutOf()
 	c := &Cycle{memo: m, shape: string(shape), classNames: classNames, classOf: classOf, layout: layout}
 	m.touch(c.shape, layout, nodes)
 	c.inUse = m.hashInUse(state, layout, candidates)

@@ -15,6 +15,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -43,7 +44,7 @@ const describePodExample = `  # Why is my pod pending? Its claims, a verdict per
 
 // What describe pod says, on its report's notes, when RBAC hid something.
 const (
-	noteNodesHidden    = "listing Nodes is not permitted: nodes are taken from the slices' node names, and pools chosen by node labels reach none"
+	noteNodesHidden    = "listing Nodes is not permitted: nodes are taken from the slices' node names; pools chosen by node labels reach none, and the pod's node selector and affinity are not applied"
 	noteClassesHidden  = "listing DeviceClasses is not permitted: no device matches a request"
 	notePodsHidden     = "listing Pods is not permitted: devices held by pods of lower priority are not counted"
 	noteSlicesNoReport = "listing ResourceSlices is not permitted: no verdict per request (ask for list on resourceslices)"
@@ -194,24 +195,29 @@ func (o *describePodOptions) explain(ctx context.Context, pod *v1.Pod, claims []
 	}
 	cluster := whypending.Cluster{Slices: view.slices, TaintRules: view.taintRules, Claims: view.claims, Features: whypending.DefaultFeatures}
 	var notes []string
-	switch {
-	case view.slicesHidden:
+	cluster.SlicesHidden = view.slicesHidden
+	if view.slicesHidden {
 		notes = append(notes, noteSlicesNoReport)
+	}
+	if view.taintRulesHidden {
+		notes = append(notes, "listing DeviceTaintRules is not permitted: devices they taint count as their slices say")
+	}
+	switch {
 	case view.claimsHidden:
 		notes = append(notes, "listing ResourceClaims is not permitted: the devices claims hold are counted from the ResourcePools drascope-scheduler publishes")
 	case view.claimsNamespaces != nil:
 		notes = append(notes, fmt.Sprintf("listing ResourceClaims is permitted in namespaces %s only: the devices other claims hold are counted from the ResourcePools drascope-scheduler publishes", strings.Join(view.claimsNamespaces, ", ")))
 	}
-	if cluster.Nodes, err = o.nodes(ctx, view.slices, &notes); err != nil {
+	if cluster.Nodes, cluster.NodesHidden, err = o.nodes(ctx, view.slices, &notes); err != nil {
 		return nil, err
 	}
-	if cluster.Classes, err = o.classes(ctx, &notes); err != nil {
+	if cluster.Classes, cluster.ClassesHidden, err = o.classes(ctx, &notes); err != nil {
 		return nil, err
 	}
 	if cluster.Pods, err = o.pods(ctx, &notes); err != nil {
 		return nil, err
 	}
-	if cluster.Pools, err = o.pools(ctx, view); err != nil {
+	if cluster.Pools, err = o.pools(ctx, view, &notes); err != nil {
 		return nil, err
 	}
 	guard, err := o.adminAccessGuard(ctx, pod.Namespace, claims, &notes)
@@ -253,7 +259,7 @@ func (o *describePodOptions) adminAccessGuard(ctx context.Context, namespace str
 
 // nodes lists the nodes, or, for a user who may not, names the nodes the
 // slices name.
-func (o *describePodOptions) nodes(ctx context.Context, listed []*resourceapi.ResourceSlice, notes *[]string) ([]*v1.Node, error) {
+func (o *describePodOptions) nodes(ctx context.Context, listed []*resourceapi.ResourceSlice, notes *[]string) ([]*v1.Node, bool, error) {
 	list, err := o.source.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	switch {
 	case apierrors.IsForbidden(err):
@@ -263,38 +269,41 @@ func (o *describePodOptions) nodes(ctx context.Context, listed []*resourceapi.Re
 			if slice.Spec.NodeName != nil && *slice.Spec.NodeName != "" {
 				names.Insert(*slice.Spec.NodeName)
 			}
+			for _, device := range slice.Spec.Devices {
+				if device.NodeName != nil && *device.NodeName != "" {
+					names.Insert(*device.NodeName)
+				}
+			}
 		}
 		var nodes []*v1.Node
 		for _, name := range sets.List(names) {
-			// The label every node carries, so that a pod pinned by
-			// hostname still finds its node.
-			nodes = append(nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1.LabelHostname: name}}})
+			nodes = append(nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 		}
-		return nodes, nil
+		return nodes, true, nil
 	case err != nil:
-		return nil, fmt.Errorf("listing Nodes: %w", err)
+		return nil, false, fmt.Errorf("listing Nodes: %w", err)
 	}
 	nodes := make([]*v1.Node, 0, len(list.Items))
 	for i := range list.Items {
 		nodes = append(nodes, &list.Items[i])
 	}
-	return nodes, nil
+	return nodes, false, nil
 }
 
-func (o *describePodOptions) classes(ctx context.Context, notes *[]string) (deviceclass.List, error) {
+func (o *describePodOptions) classes(ctx context.Context, notes *[]string) (deviceclass.List, bool, error) {
 	list, err := o.source.client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
 	switch {
 	case apierrors.IsForbidden(err):
 		*notes = append(*notes, noteClassesHidden)
-		return deviceclass.List{}, nil
+		return deviceclass.List{}, true, nil
 	case err != nil:
-		return nil, fmt.Errorf("listing DeviceClasses: %w", err)
+		return nil, false, fmt.Errorf("listing DeviceClasses: %w", err)
 	}
 	classes := deviceclass.List{}
 	for i := range list.Items {
 		classes[list.Items[i].Name] = &list.Items[i]
 	}
-	return classes, nil
+	return classes, false, nil
 }
 
 // pods lists the pods that run, for the devices pods of lower priority
@@ -318,14 +327,19 @@ func (o *describePodOptions) pods(ctx context.Context, notes *[]string) ([]*v1.P
 // pools counts every pool's devices from what the user may read, with the
 // health drascope-scheduler published and, where claims are hidden, the
 // devices held by others from the ResourcePools.
-func (o *describePodOptions) pools(ctx context.Context, view *clusterView) ([]drausage.PoolUsage, error) {
+func (o *describePodOptions) pools(ctx context.Context, view *clusterView, notes *[]string) ([]drausage.PoolUsage, error) {
 	byID := map[drausage.PoolID]*v1alpha1.ResourcePool{}
 	list, err := o.source.pools.DrascopeV1alpha1().ResourcePools().List(ctx, metav1.ListOptions{})
-	if err == nil {
+	switch {
+	case err == nil:
 		for i := range list.Items {
 			rp := &list.Items[i]
 			byID[drausage.PoolID{Driver: rp.Spec.Driver, Pool: rp.Spec.PoolName}] = rp
 		}
+	case apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		*notes = append(*notes, "ResourcePools cannot be read: the devices' health is not known, and devices held by claims you may not read count as free")
+	default:
+		return nil, fmt.Errorf("listing ResourcePools: %w", err)
 	}
 	ids := sets.New[drausage.PoolID]()
 	for _, slice := range view.slices {
@@ -511,19 +525,23 @@ func devicesString(v *whypending.Verdict) string {
 }
 
 func fitString(f *whypending.FitReport) string {
+	var s string
 	if f.Count == 0 {
-		s := fmt.Sprintf("no node (the allocator was asked about %d)", f.Tried)
+		s = fmt.Sprintf("no node (the allocator was asked about %d)", f.Tried)
 		if f.ConstraintsFail {
 			s += "; the claims fit without their constraints"
 		}
-		return s
+	} else {
+		s = strings.Join(f.Nodes, ", ")
+		if more := f.Count - len(f.Nodes); more > 0 {
+			s += fmt.Sprintf(" and %d more", more)
+		}
 	}
-	s := strings.Join(f.Nodes, ", ")
-	if more := f.Count - len(f.Nodes); more > 0 {
-		s += fmt.Sprintf(" and %d more", more)
-	}
-	if f.TimedOut {
-		s += fmt.Sprintf(" (%d nodes left unasked)", f.Untried)
+	switch {
+	case f.TimedOut:
+		s += fmt.Sprintf("; %d nodes left unasked when the time ran out", f.Untried)
+	case f.RunsExhausted:
+		s += fmt.Sprintf("; %d nodes left unasked after %d runs", f.Untried, f.Tried)
 	}
 	return s
 }

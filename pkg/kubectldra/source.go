@@ -77,6 +77,8 @@ type clusterView struct {
 	claimsNamespaces []string
 	claimsHidden     bool
 	taintRules       []*resourceapi.DeviceTaintRule
+	// taintRulesHidden: listing DeviceTaintRules is not permitted.
+	taintRulesHidden bool
 }
 
 // List returns the pools filter selects, sorted by name, and notes on where
@@ -348,8 +350,11 @@ func (s *poolSource) load(ctx context.Context) (*clusterView, error) {
 	}
 	rules, err := s.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
 	switch {
-	case apierrors.IsForbidden(err), apierrors.IsNotFound(err):
-		// Unreadable or not served: devices count as their slices say.
+	case apierrors.IsForbidden(err):
+		// Devices count as their slices say.
+		view.taintRulesHidden = true
+	case apierrors.IsNotFound(err):
+		// Not served: devices count as their slices say.
 	case err != nil:
 		return nil, fmt.Errorf("listing DeviceTaintRules: %w", err)
 	default:

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
@@ -63,62 +64,97 @@ func nodesHave(n int) string {
 	return fmt.Sprintf("%d nodes have", n)
 }
 
-// FindShortage returns the first request of the claims that no node has
-// enough free devices for, counted from the view as pruning counts them
-// (devices in use but withheld count as free: Filter explains those), with
-// each device matched against the class and the request's selectors; ok is
-// false when every request has a node (the claims fail together, or for
-// what counting cannot see: counters, capacity, constraints). A prioritized
-// list is judged by its first alternative. One pass over the view's
-// devices per request.
+// FindShortage returns the first request of the claims that no node of
+// nodes has enough free devices for, counted from the view as pruning
+// counts them (devices in use but withheld count as free: Filter explains
+// those; only each pool's newest generation counts), with each device
+// matched against the class and the request's selectors; ok is false when
+// every request has a node (the claims fail together, or for what counting
+// cannot see: counters, capacity, constraints). A prioritized list is
+// short when every alternative is, and is named by its first; admin access
+// (which may use devices in use) is never short. One pass over the view's
+// devices per alternative.
 func FindShortage(ctx context.Context, claims []*resourceapi.ResourceClaim, classes ClassGetter, view View, nodes []*v1.Node) (Shortage, bool) {
+	newest := newestGenerations(view.Slices)
+	allowed := sets.New[string]()
+	for _, node := range nodes {
+		allowed.Insert(node.Name)
+	}
 	for _, claim := range claims {
 		for _, request := range claim.Spec.Devices.Requests {
-			class, selectors, count, ok := firstAlternative(request, classes)
-			if !ok {
+			if request.Exactly != nil && request.Exactly.AdminAccess != nil && *request.Exactly.AdminAccess {
+				// Admin access may use devices in use.
 				continue
 			}
-			s, enough := countShortage(ctx, class, selectors, count, view, nodes)
-			if enough > 0 {
-				continue
+			var first *Shortage
+			met := false
+			for _, alt := range alternatives(request) {
+				class, err := classes(alt.className)
+				if err != nil || class == nil {
+					met = true // upstream's refusal names the class
+					break
+				}
+				s, enough := countShortage(ctx, class, alt, view, newest, nodes, allowed)
+				if enough > 0 {
+					met = true
+					break
+				}
+				if first == nil {
+					s.Claim, s.Request, s.Class, s.Count = klog.KObj(claim).String(), request.Name, class.Name, alt.count
+					first = &s
+				}
 			}
-			s.Claim, s.Request, s.Class, s.Count = klog.KObj(claim).String(), request.Name, class.Name, count
-			return s, true
+			if !met && first != nil {
+				return *first, true
+			}
 		}
 	}
 	return Shortage{}, false
 }
 
-// firstAlternative is what a request asks first: its class, selectors and
-// count (0 for all).
-func firstAlternative(request resourceapi.DeviceRequest, classes ClassGetter) (*resourceapi.DeviceClass, []resourceapi.DeviceSelector, int, bool) {
-	var className string
-	var selectors []resourceapi.DeviceSelector
-	var mode resourceapi.DeviceAllocationMode
-	var count int64
-	switch {
-	case request.Exactly != nil:
-		className, selectors, mode, count = request.Exactly.DeviceClassName, request.Exactly.Selectors, request.Exactly.AllocationMode, request.Exactly.Count
-	case len(request.FirstAvailable) > 0:
-		sub := request.FirstAvailable[0]
-		className, selectors, mode, count = sub.DeviceClassName, sub.Selectors, sub.AllocationMode, sub.Count
-	default:
-		return nil, nil, 0, false
+// alternative is what a request, or one alternative of a prioritized
+// list, asks: a class, selectors, and a count (0 for all).
+type alternative struct {
+	className string
+	selectors []resourceapi.DeviceSelector
+	count     int
+}
+
+func alternatives(request resourceapi.DeviceRequest) []alternative {
+	count := func(mode resourceapi.DeviceAllocationMode, n int64) int {
+		if mode == resourceapi.DeviceAllocationModeAll {
+			return 0
+		}
+		return int(max(n, 1))
 	}
-	class, err := classes(className)
-	if err != nil || class == nil {
-		return nil, nil, 0, false
+	if request.Exactly != nil {
+		x := request.Exactly
+		return []alternative{{x.DeviceClassName, x.Selectors, count(x.AllocationMode, x.Count)}}
 	}
-	n := int(max(count, 1))
-	if mode == resourceapi.DeviceAllocationModeAll {
-		n = 0
+	var out []alternative
+	for _, sub := range request.FirstAvailable {
+		out = append(out, alternative{sub.DeviceClassName, sub.Selectors, count(sub.AllocationMode, sub.Count)})
 	}
-	return class, selectors, n, true
+	return out
+}
+
+// newestGenerations is each pool's newest generation among the slices:
+// the allocator reads only those.
+func newestGenerations(listed []*resourceapi.ResourceSlice) map[[2]string]int64 {
+	newest := map[[2]string]int64{}
+	for _, slice := range listed {
+		key := [2]string{slice.Spec.Driver, slice.Spec.Pool.Name}
+		if g, ok := newest[key]; !ok || slice.Spec.Pool.Generation > g {
+			newest[key] = slice.Spec.Pool.Generation
+		}
+	}
+	return newest
 }
 
 // countShortage counts, node by node, the devices that match and those
 // free, and the nodes with enough free (every matching one, for count 0).
-func countShortage(ctx context.Context, class *resourceapi.DeviceClass, selectors []resourceapi.DeviceSelector, count int, view View, nodes []*v1.Node) (Shortage, int) {
+func countShortage(ctx context.Context, class *resourceapi.DeviceClass, alt alternative, view View, newest map[[2]string]int64, nodes []*v1.Node, allowed sets.Set[string]) (Shortage, int) {
+	selectors, count := alt.selectors, alt.count
 	matching, free := map[string]int{}, map[string]int{}
 	driver, driverOnly := deviceclass.Driver(class)
 	add := func(node string, isFree bool) {
@@ -129,6 +165,9 @@ func countShortage(ctx context.Context, class *resourceapi.DeviceClass, selector
 	}
 	for _, slice := range view.Slices {
 		if driverOnly && len(class.Spec.Selectors) == 1 && slice.Spec.Driver != driver {
+			continue
+		}
+		if slice.Spec.Pool.Generation != newest[[2]string{slice.Spec.Driver, slice.Spec.Pool.Name}] {
 			continue
 		}
 		perDevice := slice.Spec.PerDeviceNodeSelection != nil && *slice.Spec.PerDeviceNodeSelection
@@ -145,7 +184,9 @@ func countShortage(ctx context.Context, class *resourceapi.DeviceClass, selector
 				nodeName, selector, allNodes = device.NodeName, device.NodeSelector, device.AllNodes
 			}
 			for _, node := range reachedBy(nodeName, selector, allNodes, nodes) {
-				add(node, isFree)
+				if allowed.Has(node) {
+					add(node, isFree)
+				}
 			}
 		}
 	}

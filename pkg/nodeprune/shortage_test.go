@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/internal/dracases"
 	"github.com/drascope/drascope/pkg/nodeprune"
@@ -43,6 +44,25 @@ func TestFindShortage(t *testing.T) {
 	if !ok || s.String() != want {
 		t.Errorf("shortage %q (%v), want %q", s.String(), ok, want)
 	}
+	// A prioritized list is short only when every alternative is: four
+	// GPUs, or else one NIC.
+	listed := claimOf()
+	listed.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "any", FirstAvailable: []resourceapi.DeviceSubRequest{
+		{Name: "gpus", DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 4},
+		{Name: "nic", DeviceClassName: "nic", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+	}}}
+	if s, ok := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{listed}, classes, view, nodes); ok {
+		t.Errorf("shortage %q, though the second alternative fits", s.String())
+	}
+	listed.Spec.Devices.Requests[0].FirstAvailable[1].Count = 2
+	if s, _ := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{listed}, classes, view, nodes); s.String() != "claim ns/claim, request any (4 × gpu): 3 nodes have matching devices, none has 4 free (most: 3, on 2 nodes)" {
+		t.Errorf("shortage %q, want the list named by its first alternative", s.String())
+	}
+	// Only the nodes passed count: node-2 alone has at most two free.
+	if s, _ := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{claim}, classes, view, nodes[2:]); s.String() != "claim ns/claim, request gpu (4 × gpu): 1 node has matching devices, none has 4 free (most: 2, on 1 node)" {
+		t.Errorf("shortage %q, want node-2's count alone", s.String())
+	}
+
 	// Every GPU in use: none free; an attribute nothing has: no match.
 	for _, slice := range slices {
 		for _, d := range slice.Spec.Devices {
@@ -55,6 +75,12 @@ func TestFindShortage(t *testing.T) {
 	}
 	if s, _ := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{claimOf("a100")}, classes, view, nodes); s.String() != "claim ns/claim, request a100 (1 × a100): no node has a matching device" {
 		t.Errorf("shortage %q, want no match for a100 (no device has the model)", s.String())
+	}
+	// Admin access may use devices in use: never short.
+	monitor := claimOf("gpu")
+	monitor.Spec.Devices.Requests[0].Exactly.AdminAccess = ptr.To(true)
+	if s, ok := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{monitor}, classes, view, nodes); ok {
+		t.Errorf("shortage %q for admin access", s.String())
 	}
 	// A request some node meets is no shortage.
 	view.InUse = sets.New[structured.DeviceID]()

@@ -2,13 +2,14 @@ package whypending
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
 // conclude is the report's one line a person can act on: the first thing,
 // in the order the scheduler meets them, that keeps the pod from its
 // devices.
-func conclude(r *Report, requests []*request, claims []PodClaim) string {
+func conclude(r *Report, requests []*request, claims []PodClaim, classesHidden bool) string {
 	for _, c := range r.Claims {
 		switch {
 		case c.Hidden:
@@ -22,11 +23,20 @@ func conclude(r *Report, requests []*request, claims []PodClaim) string {
 	if r.AdminAccessRefused != "" {
 		return r.AdminAccessRefused
 	}
+	if len(claims) == 0 {
+		return "the pod has no ResourceClaims: DRA does not keep it pending (a DRA extended resource, if it asks for one, is not covered here)"
+	}
+	if r.Fit == nil && slices.ContainsFunc(claims, func(pc PodClaim) bool { return pc.Claim != nil && pc.Claim.Status.Allocation == nil }) {
+		return "the devices cannot be counted: listing ResourceSlices is not permitted"
+	}
 	if r.Fit == nil {
 		if r.Node != "" {
 			return fmt.Sprintf("every claim of the pod is allocated and the pod is bound to node %s", r.Node)
 		}
 		return "every claim of the pod is allocated: its devices do not keep it pending; the scheduler's message says what does"
+	}
+	if classesHidden && len(requests) > 0 {
+		return "the requests cannot be matched to devices: listing DeviceClasses is not permitted"
 	}
 	for _, req := range requests {
 		for _, a := range req.alts {
@@ -42,8 +52,11 @@ func conclude(r *Report, requests []*request, claims []PodClaim) string {
 		}
 		return fmt.Sprintf("the pod's devices fit on node %s%s: if it is still pending, something besides its devices keeps it there (the scheduler's message says what), or the devices were taken since", r.Fit.Nodes[0], more)
 	}
-	if r.Fit.TimedOut {
+	switch {
+	case r.Fit.TimedOut:
 		return fmt.Sprintf("no node checked so far fits the pod's devices, and the check stopped after %d nodes (%d left): try a longer --timeout", r.Fit.Tried, r.Fit.Untried)
+	case r.Fit.RunsExhausted:
+		return fmt.Sprintf("none of the first %d nodes with enough free devices for each request fits the pod's devices (%d more were not asked)", r.Fit.Tried, r.Fit.Untried)
 	}
 	for _, req := range requests {
 		if a := unmetEverywhere(req); a != nil {

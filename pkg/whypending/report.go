@@ -17,7 +17,7 @@ type Report struct {
 	Pod  string `json:"pod"`
 	Node string `json:"node,omitempty"`
 	// Claims are the pod's claims, in the pod's order.
-	Claims []ClaimReport `json:"claims"`
+	Claims []ClaimReport `json:"claims,omitempty"`
 	// Fit says where the claims still to allocate fit, as upstream's
 	// allocator answers node by node; nil when nothing is to allocate.
 	Fit *FitReport `json:"fit,omitempty"`
@@ -27,7 +27,8 @@ type Report struct {
 	// Conclusion is one line a person can act on.
 	Conclusion string `json:"conclusion"`
 	// AdminAccessRefused says why the scheduler refuses the admin access a
-	// claim asks for (the namespace lacks the label); the caller fills it.
+	// claim asks for (the namespace lacks the label), when
+	// Options.AdminAccess says to check.
 	AdminAccessRefused string `json:"adminAccessRefused,omitempty"`
 	// Notes say what could not be read or checked, and how that shapes
 	// the figures.
@@ -42,7 +43,7 @@ type Report struct {
 // ClaimReport is one claim of the pod.
 type ClaimReport struct {
 	// Name is the pod's name for the claim; ResourceClaim the claim's
-	// namespace/name ("" when it does not exist yet).
+	// namespace/name ("" when made from a template and not created yet).
 	Name          string `json:"name"`
 	ResourceClaim string `json:"resourceClaim,omitempty"`
 	// Missing: the claim does not exist (yet); Hidden: it may not be read.
@@ -62,7 +63,7 @@ type ClaimReport struct {
 type RequestReport struct {
 	Name        string `json:"name"`
 	DeviceClass string `json:"deviceClass"`
-	// Selectors are the request's CEL selectors (each at most
+	// Selectors are the request's CEL selectors (each cut after
 	// MaxExpression bytes).
 	Selectors []string `json:"selectors,omitempty"`
 	// AllocationMode is ExactCount or All; Count the devices asked for.
@@ -80,8 +81,8 @@ type RequestReport struct {
 type Verdict struct {
 	// ClassMissing: the device class does not exist.
 	ClassMissing bool `json:"classMissing,omitempty"`
-	// Need is how many devices one node must have free (for
-	// AllocationMode All: every matching one, at least one).
+	// Need is how many devices one node must have free; 0 for
+	// AllocationMode All: every matching one of the node, at least one.
 	Need int `json:"need"`
 	// NodesWithMatching reach at least one matching device;
 	// NodesWithEnough reach Need free ones.
@@ -95,7 +96,7 @@ type Verdict struct {
 	// reaches, by state.
 	Devices DeviceCounts `json:"devices"`
 	// Taints are the taints that keep matching devices from the request
-	// (at most MaxTaints, key=value:effect).
+	// (key=value:effect; past MaxTaints, "and N more").
 	Taints []string `json:"taints,omitempty"`
 }
 
@@ -103,10 +104,10 @@ type Verdict struct {
 type DeviceCounts struct {
 	Matching int `json:"matching"`
 	Free     int `json:"free"`
-	// Allocated to other claims (whole or, for shared devices, beyond
-	// what is left); HeldByLowerPriority of those, the devices only pods
-	// of lower priority than the pod hold, which preemption could free
-	// (counted only where the pods could be read).
+	// Allocated to other claims (a shared device with some capacity left
+	// counts free, or short of capacity); HeldByLowerPriority of those,
+	// the devices only pods of lower priority than the pod hold, which
+	// preemption could free (counted only where the pods could be read).
 	Allocated           int `json:"allocated"`
 	HeldByLowerPriority int `json:"heldByLowerPriority,omitempty"`
 	// Tainted by a NoSchedule or NoExecute taint the request does not
@@ -126,16 +127,18 @@ type FitReport struct {
 	// (at most MaxNodesNamed), of Count found.
 	Nodes []string `json:"nodes,omitempty"`
 	Count int      `json:"count"`
-	// Tried is how many nodes the allocator was asked about; the others
+	// Tried is how many nodes the allocator answered for; the others
 	// lack free devices for some request, or were not reached: Untried
 	// counts the nodes with enough free devices left unasked when the
-	// time or the run budget ran out (TimedOut).
-	Tried    int  `json:"tried"`
-	Untried  int  `json:"untried,omitempty"`
-	TimedOut bool `json:"timedOut,omitempty"`
-	// ConstraintsFail: on a node with enough free devices for every
-	// request, the claims fit once their constraints are dropped: the
-	// constraints are what fails.
+	// time (TimedOut) or the runs (RunsExhausted, DefaultMaxRuns) ran out.
+	Tried         int  `json:"tried"`
+	Untried       int  `json:"untried,omitempty"`
+	TimedOut      bool `json:"timedOut,omitempty"`
+	RunsExhausted bool `json:"runsExhausted,omitempty"`
+	// ConstraintsFail: on the first node with enough free devices for
+	// every request where the claims do not fit, they fit once their
+	// constraints are dropped: the constraints are what fails (one node's
+	// answer).
 	ConstraintsFail bool `json:"constraintsFail,omitempty"`
 }
 

@@ -83,6 +83,11 @@ func (e *explainer) claim(pc PodClaim) (ClaimReport, []*request) {
 		for _, report := range alternativesOf(r) {
 			req.alts = append(req.alts, e.count(report, r, claim))
 		}
+		if len(req.alts) == 0 {
+			// A kind of request this client does not know.
+			e.notes = append(e.notes, fmt.Sprintf("claim %s, request %s: of a kind this kubectl dra does not know", req.claim, r.Name))
+			continue
+		}
 		requests = append(requests, req)
 		for _, alt := range req.alts {
 			cr.Requests = append(cr.Requests, *alt.report)
@@ -139,6 +144,9 @@ func (e *explainer) count(report *RequestReport, r resourceapi.DeviceRequest, cl
 	alt := &alternative{report: report, allMode: report.AllocationMode == string(resourceapi.DeviceAllocationModeAll), need: int(report.Count), nodes: map[string]*nodeCounts{}}
 	v := &Verdict{Need: alt.need}
 	report.Verdict = v
+	if e.cluster.SlicesHidden || e.cluster.ClassesHidden {
+		return alt
+	}
 	class, ok := e.cluster.Classes[report.DeviceClass]
 	if !ok {
 		v.ClassMissing = true
@@ -148,6 +156,10 @@ func (e *explainer) count(report *RequestReport, r resourceapi.DeviceRequest, cl
 	taints := sets.New[string]()
 	var matching []*device
 	for _, d := range e.devices {
+		if e.ctx.Err() != nil {
+			e.notes = append(e.notes, "the count of devices stopped at the deadline: the figures are partial")
+			break
+		}
 		if deviceclass.Accepts(e.ctx, class, d.pool.Driver, d.spec) && deviceclass.SelectorsAccept(e.ctx, selectors, d.pool.Driver, d.spec) {
 			matching = append(matching, d)
 		}
@@ -374,7 +386,10 @@ func (e *explainer) closest(requests []*request) []NodeReport {
 			report.Lacks = append(report.Lacks, lack(a, a.nodes[s.node]))
 		}
 		if len(report.Lacks) == 0 {
-			report.Lacks = []string{"enough free devices for each request, but the allocator does not place the claims together there"}
+			report.Lacks = []string{"enough free devices for each request, but the allocator does not place the claims together there (or was not asked)"}
+		}
+		if len(report.Lacks) > MaxTaints {
+			report.Lacks = append(report.Lacks[:MaxTaints], fmt.Sprintf("and %d more requests", len(report.Lacks)-MaxTaints))
 		}
 		out = append(out, report)
 	}

@@ -82,6 +82,11 @@ type Cluster struct {
 	// pods of lower priority hold; nil when unknown.
 	Pods     []*v1.Pod
 	Features structured.Features
+	// What the caller could not read: the slices (no verdict can be
+	// given), the device classes (a class is unknown, not missing), the
+	// nodes (Nodes are stand-ins named after the slices' nodes, without
+	// labels: the pod's node selector and affinity are not applied).
+	SlicesHidden, ClassesHidden, NodesHidden bool
 }
 
 // PodClaim is one of the pod's claims, as the caller found it.
@@ -114,9 +119,12 @@ func Explain(ctx context.Context, pod *v1.Pod, claims []PodClaim, c Cluster, o O
 		o.MaxRuns = DefaultMaxRuns
 	}
 	var notes []string
-	c.Nodes = mayRunOn(pod, c.Nodes, &notes)
+	if !c.NodesHidden {
+		c.Nodes = mayRunOn(pod, c.Nodes, &notes)
+	}
+	c.Nodes = allowedByAllocations(claims, c.Nodes, &notes)
 	e := newExplainer(ctx, pod, c)
-	e.notes = notes
+	e.notes = append(notes, e.notes...)
 	r := &Report{APIVersion: APIVersion, Kind: Kind, Pod: klog.KObj(pod).String(), Node: pod.Spec.NodeName}
 	var toAllocate []*resourceapi.ResourceClaim
 	var requests []*request
@@ -133,7 +141,7 @@ func Explain(ctx context.Context, pod *v1.Pod, claims []PodClaim, c Cluster, o O
 			r.AdminAccessRefused = refusal.Message
 		}
 	}
-	if len(toAllocate) > 0 {
+	if len(toAllocate) > 0 && !c.SlicesHidden {
 		nodes := e.meetingEvery(requests)
 		r.Fit = e.fit(ctx, toAllocate, nodes, o)
 		if r.Fit.Count == 0 {
@@ -141,7 +149,7 @@ func Explain(ctx context.Context, pod *v1.Pod, claims []PodClaim, c Cluster, o O
 		}
 	}
 	r.Notes = e.notes
-	r.Conclusion = conclude(r, requests, claims)
+	r.Conclusion = conclude(r, requests, claims, c.ClassesHidden)
 	return r
 }
 
@@ -157,6 +165,36 @@ func mayRunOn(pod *v1.Pod, nodes []*v1.Node, notes *[]string) []*v1.Node {
 	}
 	if left := len(nodes) - len(out); left > 0 {
 		*notes = append(*notes, fmt.Sprintf("%d of %d nodes are left out by the pod's node selector or required node affinity", left, len(nodes)))
+	}
+	return out
+}
+
+// allowedByAllocations are the nodes every allocated claim of the pod
+// allows (its allocation's node selector): the scheduler places the pod
+// there only.
+func allowedByAllocations(claims []PodClaim, nodes []*v1.Node, notes *[]string) []*v1.Node {
+	var selectors []*nodeaffinity.NodeSelector
+	for _, pc := range claims {
+		if pc.Claim == nil || pc.Claim.Status.Allocation == nil || pc.Claim.Status.Allocation.NodeSelector == nil {
+			continue
+		}
+		selector, err := nodeaffinity.NewNodeSelector(pc.Claim.Status.Allocation.NodeSelector)
+		if err != nil {
+			continue
+		}
+		selectors = append(selectors, selector)
+	}
+	if len(selectors) == 0 {
+		return nodes
+	}
+	var out []*v1.Node
+	for _, node := range nodes {
+		if !slices.ContainsFunc(selectors, func(s *nodeaffinity.NodeSelector) bool { return !s.Match(node) }) {
+			out = append(out, node)
+		}
+	}
+	if left := len(nodes) - len(out); left > 0 {
+		*notes = append(*notes, fmt.Sprintf("%d of %d nodes are left out by where the pod's allocated claims are", left, len(nodes)))
 	}
 	return out
 }
@@ -179,7 +217,7 @@ type explainer struct {
 	cluster  Cluster
 	devices  []*device
 	poolNode map[drausage.PoolID]string
-	// reach caches the compiled node selectors of slices and devices.
+	// selectors cache the compiled node selectors of slices and devices.
 	selectors map[any]*nodeaffinity.NodeSelector
 	// lower reports whether only pods of lower priority than the pod use
 	// a claim; nil when the pods are unknown.
@@ -194,9 +232,15 @@ func newExplainer(ctx context.Context, pod *v1.Pod, c Cluster) *explainer {
 		id := drausage.PoolID{Driver: slice.Spec.Driver, Pool: slice.Spec.Pool.Name}
 		byPool[id] = append(byPool[id], slice)
 	}
+	var unusable []string
 	for i := range c.Pools {
 		p := &c.Pools[i]
 		e.poolNode[p.PoolID] = p.NodeName
+		if !usable(p) {
+			// The allocator skips an incomplete pool.
+			unusable = append(unusable, p.PoolID.String())
+			continue
+		}
 		usage := map[string]*drausage.DeviceUsage{}
 		for j := range p.Devices {
 			usage[p.Devices[j].Name] = &p.Devices[j]
@@ -211,6 +255,8 @@ func newExplainer(ctx context.Context, pod *v1.Pod, c Cluster) *explainer {
 				if !ok {
 					continue
 				}
+				// A device listed twice counts once.
+				delete(usage, spec.Name)
 				e.devices = append(e.devices, &device{
 					id: structured.MakeDeviceID(p.Driver, p.Pool, spec.Name), pool: p.PoolID,
 					spec: spec, slice: slice, usage: u, taints: blockingTaints(p.PoolID, spec, c.TaintRules),
@@ -218,8 +264,25 @@ func newExplainer(ctx context.Context, pod *v1.Pod, c Cluster) *explainer {
 			}
 		}
 	}
+	if len(unusable) > 0 {
+		slices.Sort(unusable)
+		more := ""
+		if len(unusable) > MaxNodesNamed {
+			more = fmt.Sprintf(" and %d more", len(unusable)-MaxNodesNamed)
+			unusable = unusable[:MaxNodesNamed]
+		}
+		e.notes = append(e.notes, fmt.Sprintf("pools incomplete (slices missing), whose devices the allocator does not offer: %s%s", strings.Join(unusable, ", "), more))
+	}
 	e.lower = lowerPriority(pod, c)
 	return e
+}
+
+// usable reports whether the allocator offers the pool's devices: it has
+// every slice of its generation (upstream's allocator skips an incomplete
+// pool). Other validation errors are the allocator's to judge: it accepts
+// a pool whose slices name different nodes, which drausage reports.
+func usable(p *drausage.PoolUsage) bool {
+	return p.Complete()
 }
 
 // blockingTaints are the NoSchedule and NoExecute taints of a device, from
@@ -332,10 +395,15 @@ func (e *explainer) fit(ctx context.Context, claims []*resourceapi.ResourceClaim
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	cycle := e.allocatorCycle(claims)
+	cycle := e.allocatorCycle(claims, o.Timeout)
 	var fitNothing *v1.Node
+	var failure error
 	for i, node := range nodes {
-		if f.Tried == o.MaxRuns || ctx.Err() != nil {
+		if f.Tried == o.MaxRuns {
+			f.Untried, f.RunsExhausted = len(nodes)-i, true
+			break
+		}
+		if ctx.Err() != nil {
 			f.Untried, f.TimedOut = len(nodes)-i, true
 			break
 		}
@@ -347,8 +415,12 @@ func (e *explainer) fit(ctx context.Context, claims []*resourceapi.ResourceClaim
 			if len(f.Nodes) < MaxNodesNamed {
 				f.Nodes = append(f.Nodes, node.Name)
 			}
-		case errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dryrun.ErrTimedOut):
+			f.Tried--
 			f.Untried, f.TimedOut = len(nodes)-i, true
+		case err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode) && failure == nil:
+			// Not a shortage: a CEL error, an invalid pool, a class.
+			failure = err
 		case fitNothing == nil:
 			fitNothing = node
 		}
@@ -358,12 +430,18 @@ func (e *explainer) fit(ctx context.Context, claims []*resourceapi.ResourceClaim
 	}
 	if f.Count == 0 && fitNothing != nil && hasConstraints(claims) {
 		// Every request has enough free devices there: do the claims
-		// fit without their constraints?
+		// fit without their constraints? (One node's answer.)
 		results, err := cycle.Node(fitNothing).Allocate(ctx, withoutConstraints(claims))
 		f.ConstraintsFail = err == nil && results != nil
 	}
-	if f.TimedOut {
-		e.notes = append(e.notes, fmt.Sprintf("the allocator was asked about %d of %d nodes with enough free devices before its %s budget or %d runs ran out", f.Tried, len(nodes), o.Timeout, o.MaxRuns))
+	switch {
+	case f.TimedOut:
+		e.notes = append(e.notes, fmt.Sprintf("the allocator was asked about %d of %d nodes with enough free devices before its %s ran out", f.Tried, len(nodes), o.Timeout))
+	case f.RunsExhausted:
+		e.notes = append(e.notes, fmt.Sprintf("the allocator was asked about the first %d of %d nodes with enough free devices (at most %d runs)", f.Tried, len(nodes), o.MaxRuns))
+	}
+	if failure != nil {
+		e.notes = append(e.notes, "the allocator failed on a node for another reason than a shortage: "+truncate(failure.Error(), 2*MaxExpression))
 	}
 	return f
 }
@@ -374,7 +452,7 @@ func (e *explainer) fit(ctx context.Context, claims []*resourceapi.ResourceClaim
 // and those the scheduler withholds as Unhealthy. For a pod whose every
 // request asks for admin access, counters are consumed at zero, as
 // DRAScope allocates them (pkg/adminaccess).
-func (e *explainer) allocatorCycle(claims []*resourceapi.ResourceClaim) *dryrun.Cycle {
+func (e *explainer) allocatorCycle(claims []*resourceapi.ResourceClaim, runTimeout time.Duration) *dryrun.Cycle {
 	shares := e.cluster.Features.ConsumableCapacity
 	state := structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
@@ -405,8 +483,9 @@ func (e *explainer) allocatorCycle(claims []*resourceapi.ResourceClaim) *dryrun.
 		listed = adminaccess.WithZeroCounterConsumption(listed)
 	}
 	allocating := dryrun.Allocating{
-		Features: e.cluster.Features,
-		Classes:  e.cluster.Classes,
+		RunTimeout: runTimeout,
+		Features:   e.cluster.Features,
+		Classes:    e.cluster.Classes,
 		CEL: cel.NewCache(10, cel.Features{
 			EnableConsumableCapacity: e.cluster.Features.ConsumableCapacity,
 			EnableListTypeAttributes: e.cluster.Features.ListTypeAttributes,

@@ -181,3 +181,56 @@ func TestVerdictNamesTheRequestAndWhatHoldsItsDevices(t *testing.T) {
 		t.Errorf("conclusion %q\nwant       %q", report.Conclusion, wantConclusion)
 	}
 }
+
+// What RBAC hid is the conclusion, never a wrong verdict: hidden slices
+// or classes are not "no matching device" or "the class does not exist";
+// a pod without claims is not "every claim is allocated".
+func TestConclusionSaysWhatWasHidden(t *testing.T) {
+	c := dracases.New(1)
+	for name, tc := range map[string]struct {
+		change func(*whypending.Cluster, *[]whypending.PodClaim)
+		want   string
+	}{
+		"slices hidden": {func(cl *whypending.Cluster, _ *[]whypending.PodClaim) {
+			cl.SlicesHidden, cl.Slices, cl.Pools = true, nil, nil
+		}, "the devices cannot be counted: listing ResourceSlices is not permitted"},
+		"classes hidden": {func(cl *whypending.Cluster, _ *[]whypending.PodClaim) {
+			cl.ClassesHidden, cl.Classes = true, nil
+		}, "the requests cannot be matched to devices: listing DeviceClasses is not permitted"},
+		"no claims": {func(_ *whypending.Cluster, claims *[]whypending.PodClaim) { *claims = nil },
+			"the pod has no ResourceClaims: DRA does not keep it pending"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cluster, pod, claims := clusterOf(c)
+			tc.change(&cluster, &claims)
+			r := whypending.Explain(context.Background(), pod, claims, cluster, whypending.Options{})
+			if !strings.HasPrefix(r.Conclusion, tc.want) {
+				t.Errorf("conclusion %q, want it to start %q", r.Conclusion, tc.want)
+			}
+		})
+	}
+}
+
+// A claim of the pod already allocated on a node keeps the pod to the
+// nodes its allocation allows: the others are not counted.
+func TestAllocatedClaimKeepsThePodToItsNodes(t *testing.T) {
+	c := dracases.Case{InUse: sets.New[structured.DeviceID](), Withheld: sets.New[structured.DeviceID]()}
+	for i := range 2 {
+		node, slice := gpuNode(fmt.Sprintf("node-%d", i), 1)
+		c.Nodes, c.Slices = append(c.Nodes, node), append(c.Slices, slice)
+	}
+	request := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}
+	pinned := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pinned"}, Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{request}}}}
+	pinned.Status.Allocation = &resourceapi.AllocationResult{NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+		MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"node-1"}}}}}}}
+	c.Claims = []*resourceapi.ResourceClaim{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "more"}, Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{request}}}}}
+	cluster, pod, claims := clusterOf(c)
+	claims = append(claims, whypending.PodClaim{Name: "pinned", ResourceClaim: "pinned", Claim: pinned})
+	r := whypending.Explain(context.Background(), pod, claims, cluster, whypending.Options{})
+	if r.Fit == nil || r.Fit.Count != 1 || r.Fit.Nodes[0] != "node-1" {
+		t.Errorf("fit %+v, want node-1 alone: the pinned claim's node", r.Fit)
+	}
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "1 of 2 nodes are left out by where the pod's allocated claims are") {
+		t.Errorf("notes %q, want the node left out said", r.Notes)
+	}
+}

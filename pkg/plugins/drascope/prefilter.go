@@ -446,7 +446,8 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo, view *
 		}
 		return byName
 	}
-	return pl.filterMemo.NewCycle(claims.toAllocate, pl.deviceClass, pl.layoutOf(view), current, view.seen.state, candidates)
+	layout := func() *filtermemo.Layout { return pl.layoutOf(view) }
+	return pl.filterMemo.NewCycle(claims.toAllocate, pl.deviceClass, layout, current, view.seen.state, candidates)
 }
 
 // layoutOf returns the filter memo's layout of the view's slices, laid out
