@@ -820,16 +820,23 @@ func blockingTaint(id PoolID, spec *resourceapi.Device, rules []*resourceapi.Dev
 		}
 	}
 	for _, rule := range rules {
-		sel := rule.Spec.DeviceSelector
-		if !blocks(rule.Spec.Taint.Effect) || sel == nil || (skip != "" && rule.Spec.Taint.Key == skip) ||
-			(sel.Driver != nil && *sel.Driver != id.Driver) ||
-			(sel.Pool != nil && *sel.Pool != id.Pool) ||
-			(sel.Device != nil && *sel.Device != spec.Name) {
+		if !blocks(rule.Spec.Taint.Effect) || (skip != "" && rule.Spec.Taint.Key == skip) || !RuleSelects(rule, id, spec.Name) {
 			continue
 		}
 		return &resourceapi.DeviceTaint{Key: rule.Spec.Taint.Key, Value: rule.Spec.Taint.Value, Effect: rule.Spec.Taint.Effect}
 	}
 	return nil
+}
+
+// RuleSelects reports whether a DeviceTaintRule's device selector selects
+// the device of the pool: each field it sets must match, and a rule
+// without a selector selects nothing.
+func RuleSelects(rule *resourceapi.DeviceTaintRule, pool PoolID, device string) bool {
+	sel := rule.Spec.DeviceSelector
+	return sel != nil &&
+		(sel.Driver == nil || *sel.Driver == pool.Driver) &&
+		(sel.Pool == nil || *sel.Pool == pool.Pool) &&
+		(sel.Device == nil || *sel.Device == device)
 }
 
 func blocks(effect resourceapi.DeviceTaintEffect) bool {

@@ -295,11 +295,7 @@ func blockingTaints(id drausage.PoolID, spec *resourceapi.Device, rules []*resou
 		}
 	}
 	for _, rule := range rules {
-		sel := rule.Spec.DeviceSelector
-		if !blocks(rule.Spec.Taint.Effect) || sel == nil ||
-			(sel.Driver != nil && *sel.Driver != id.Driver) ||
-			(sel.Pool != nil && *sel.Pool != id.Pool) ||
-			(sel.Device != nil && *sel.Device != spec.Name) {
+		if !blocks(rule.Spec.Taint.Effect) || !drausage.RuleSelects(rule, id, spec.Name) {
 			continue
 		}
 		taints = append(taints, resourceapi.DeviceTaint{Key: rule.Spec.Taint.Key, Value: rule.Spec.Taint.Value, Effect: rule.Spec.Taint.Effect})
@@ -507,11 +503,9 @@ func withRuleTaints(listed []*resourceapi.ResourceSlice, rules []*resourceapi.De
 		var copied *resourceapi.ResourceSlice
 		for j := range slice.Spec.Devices {
 			var add []resourceapi.DeviceTaint
+			pool := drausage.PoolID{Driver: slice.Spec.Driver, Pool: slice.Spec.Pool.Name}
 			for _, rule := range rules {
-				sel := rule.Spec.DeviceSelector
-				if sel == nil || (sel.Driver != nil && *sel.Driver != slice.Spec.Driver) ||
-					(sel.Pool != nil && *sel.Pool != slice.Spec.Pool.Name) ||
-					(sel.Device != nil && *sel.Device != slice.Spec.Devices[j].Name) {
+				if !drausage.RuleSelects(rule, pool, slice.Spec.Devices[j].Name) {
 					continue
 				}
 				add = append(add, resourceapi.DeviceTaint{Key: rule.Spec.Taint.Key, Value: rule.Spec.Taint.Value, Effect: rule.Spec.Taint.Effect, TimeAdded: rule.Spec.Taint.TimeAdded})
