@@ -52,6 +52,9 @@ func conclude(r *Report, requests []*request, claims []PodClaim, classesHidden b
 		}
 		return fmt.Sprintf("the pod's devices fit on node %s%s: if it is still pending, something besides its devices keeps it there (the scheduler's message says what), or the devices were taken since", r.Fit.Nodes[0], more)
 	}
+	if r.Fit.ConstraintsFail {
+		return "every request has enough free devices on some node, but no node asked has devices that meet the claims' constraints together (see Constraints)"
+	}
 	switch {
 	case r.Fit.TimedOut:
 		return fmt.Sprintf("no node checked so far fits the pod's devices, and the check stopped after %d nodes (%d left): try a longer --timeout", r.Fit.Tried, r.Fit.Untried)
@@ -62,9 +65,6 @@ func conclude(r *Report, requests []*request, claims []PodClaim, classesHidden b
 		if a := unmetEverywhere(req); a != nil {
 			return requestConclusion(req, a)
 		}
-	}
-	if r.Fit.ConstraintsFail {
-		return "every request has enough free devices on some node, but no node has devices that meet the claims' constraints together (see Constraints)"
 	}
 	if r.Fit.Tried > 0 {
 		return fmt.Sprintf("%s enough free devices for each request, but upstream's allocator places the claims on none of them (shared counters or capacity between requests)", nodesHave(r.Fit.Tried))
