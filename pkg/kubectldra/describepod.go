@@ -346,13 +346,9 @@ func (o *describePodOptions) pools(ctx context.Context, view *clusterView, notes
 		ids.Insert(drausage.PoolID{Driver: slice.Spec.Driver, Pool: slice.Spec.Pool.Name})
 	}
 	var pools []drausage.PoolUsage
-	for _, id := range slices.SortedFunc(func(yield func(drausage.PoolID) bool) {
-		for id := range ids {
-			if !yield(id) {
-				return
-			}
-		}
-	}, func(a, b drausage.PoolID) int { return strings.Compare(a.String(), b.String()) }) {
+	sorted := ids.UnsortedList()
+	slices.SortFunc(sorted, func(a, b drausage.PoolID) int { return strings.Compare(a.String(), b.String()) })
+	for _, id := range sorted {
 		opts := drausage.Options{DeviceTaintRules: view.taintRules, HealthTaintKey: health.TaintKey}
 		rp := byID[id]
 		if rp != nil {

@@ -156,37 +156,45 @@ func newestGenerations(listed []*resourceapi.ResourceSlice) map[[2]string]int64 
 func countShortage(ctx context.Context, class *resourceapi.DeviceClass, alt alternative, view View, newest map[[2]string]int64, nodes []*v1.Node, allowed sets.Set[string]) (Shortage, int) {
 	selectors, count := alt.selectors, alt.count
 	matching, free := map[string]int{}, map[string]int{}
-	driver, driverOnly := deviceclass.Driver(class)
-	add := func(node string, isFree bool) {
-		matching[node]++
-		if isFree {
-			free[node]++
+	// A class that names only a driver needs no CEL per device.
+	driver, byDriver := deviceclass.Driver(class)
+	byDriver = byDriver && len(class.Spec.Selectors) == 1
+	add := func(nodes []string, isFree bool) {
+		for _, node := range nodes {
+			matching[node]++
+			if isFree {
+				free[node]++
+			}
 		}
 	}
 	for _, slice := range view.Slices {
-		if driverOnly && len(class.Spec.Selectors) == 1 && slice.Spec.Driver != driver {
+		if byDriver && slice.Spec.Driver != driver {
 			continue
 		}
 		if slice.Spec.Pool.Generation != newest[[2]string{slice.Spec.Driver, slice.Spec.Pool.Name}] {
 			continue
 		}
 		perDevice := slice.Spec.PerDeviceNodeSelection != nil && *slice.Spec.PerDeviceNodeSelection
+		var sliceReach []string
+		if !perDevice {
+			// Once per slice: its node selector is compiled and matched
+			// once, not for each device.
+			sliceReach = reachedBy(slice.Spec.NodeName, slice.Spec.NodeSelector, slice.Spec.AllNodes, nodes, allowed)
+			if len(sliceReach) == 0 {
+				continue
+			}
+		}
 		for i := range slice.Spec.Devices {
 			device := &slice.Spec.Devices[i]
-			accepted := (driverOnly && len(class.Spec.Selectors) == 1 && slice.Spec.Driver == driver) || deviceclass.Accepts(ctx, class, slice.Spec.Driver, device)
-			if !accepted || !deviceclass.SelectorsAccept(ctx, selectors, slice.Spec.Driver, device) {
+			if (!byDriver && !deviceclass.Accepts(ctx, class, slice.Spec.Driver, device)) || !deviceclass.SelectorsAccept(ctx, selectors, slice.Spec.Driver, device) {
 				continue
 			}
 			id := structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, device.Name)
 			isFree := !view.InUse.Has(id) || view.Withheld.Has(id)
-			nodeName, selector, allNodes := slice.Spec.NodeName, slice.Spec.NodeSelector, slice.Spec.AllNodes
 			if perDevice {
-				nodeName, selector, allNodes = device.NodeName, device.NodeSelector, device.AllNodes
-			}
-			for _, node := range reachedBy(nodeName, selector, allNodes, nodes) {
-				if allowed.Has(node) {
-					add(node, isFree)
-				}
+				add(reachedBy(device.NodeName, device.NodeSelector, device.AllNodes, nodes, allowed), isFree)
+			} else {
+				add(sliceReach, isFree)
 			}
 		}
 	}
@@ -208,12 +216,15 @@ func countShortage(ctx context.Context, class *resourceapi.DeviceClass, alt alte
 	return s, enough
 }
 
-// reachedBy are the names of the nodes a device with this node name,
-// selector or all-nodes flag reaches.
-func reachedBy(nodeName *string, selector *v1.NodeSelector, allNodes *bool, nodes []*v1.Node) []string {
+// reachedBy are the names of the nodes (allowed holds their names) that a
+// device with this node name, selector or all-nodes flag reaches.
+func reachedBy(nodeName *string, selector *v1.NodeSelector, allNodes *bool, nodes []*v1.Node, allowed sets.Set[string]) []string {
 	switch {
 	case nodeName != nil && *nodeName != "":
-		return []string{*nodeName}
+		if allowed.Has(*nodeName) {
+			return []string{*nodeName}
+		}
+		return nil
 	case allNodes != nil && *allNodes:
 		names := make([]string, 0, len(nodes))
 		for _, node := range nodes {

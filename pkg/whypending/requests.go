@@ -3,6 +3,7 @@ package whypending
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -37,6 +38,25 @@ type alternative struct {
 // nodeCounts are one node's matching devices for an alternative, by state.
 type nodeCounts struct {
 	matching, free, allocated, tainted, unhealthy, counters, capacity int
+}
+
+// add counts one matching device in the state.
+func (n *nodeCounts) add(state deviceState) {
+	n.matching++
+	switch state {
+	case stateFree:
+		n.free++
+	case stateAllocated:
+		n.allocated++
+	case stateTainted:
+		n.tainted++
+	case stateUnhealthy:
+		n.unhealthy++
+	case stateCounters:
+		n.counters++
+	case stateCapacity:
+		n.capacity++
+	}
 }
 
 // needOn is what the node must have free.
@@ -110,7 +130,7 @@ func alternativesOf(r resourceapi.DeviceRequest) []*RequestReport {
 			}
 		}
 		if capacity != nil {
-			for _, name := range slices.Sorted(mapsKeys(capacity.Requests)) {
+			for _, name := range slices.Sorted(maps.Keys(capacity.Requests)) {
 				q := capacity.Requests[name]
 				report.Capacity = append(report.Capacity, fmt.Sprintf("%s=%s", name, q.String()))
 			}
@@ -126,16 +146,6 @@ func alternativesOf(r resourceapi.DeviceRequest) []*RequestReport {
 		out = append(out, describe(r.Name+"/"+sub.Name, sub.DeviceClassName, sub.Selectors, sub.AllocationMode, sub.Count, false, sub.Capacity))
 	}
 	return out
-}
-
-func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // count counts, node by node, the devices of the cluster that match the
@@ -164,6 +174,11 @@ func (e *explainer) count(report *RequestReport, r resourceapi.DeviceRequest, cl
 			matching = append(matching, d)
 		}
 	}
+	// What keeps each matching device from the request, once per device.
+	states, taintOf := make([]deviceState, len(matching)), make([]string, len(matching))
+	for i, d := range matching {
+		states[i], taintOf[i] = e.state(d, report.AdminAccess, tolerations, capacity)
+	}
 	// Devices count where a node the pod may run on reaches them.
 	reached := make([]bool, len(matching))
 	for _, node := range e.cluster.Nodes {
@@ -177,22 +192,7 @@ func (e *explainer) count(report *RequestReport, r resourceapi.DeviceRequest, cl
 				n = &nodeCounts{}
 				alt.nodes[node.Name] = n
 			}
-			n.matching++
-			switch what, taint := e.state(d, report.AdminAccess, tolerations, capacity); what {
-			case stateFree:
-				n.free++
-			case stateAllocated:
-				n.allocated++
-			case stateTainted:
-				n.tainted++
-				taints.Insert(taint)
-			case stateUnhealthy:
-				n.unhealthy++
-			case stateCounters:
-				n.counters++
-			case stateCapacity:
-				n.capacity++
-			}
+			n.add(states[i])
 		}
 	}
 	for i, d := range matching {
@@ -200,7 +200,7 @@ func (e *explainer) count(report *RequestReport, r resourceapi.DeviceRequest, cl
 			continue
 		}
 		v.Devices.Matching++
-		switch what, _ := e.state(d, report.AdminAccess, tolerations, capacity); what {
+		switch states[i] {
 		case stateFree:
 			v.Devices.Free++
 		case stateAllocated:
@@ -210,6 +210,7 @@ func (e *explainer) count(report *RequestReport, r resourceapi.DeviceRequest, cl
 			}
 		case stateTainted:
 			v.Devices.Tainted++
+			taints.Insert(taintOf[i])
 		case stateUnhealthy:
 			v.Devices.Unhealthy++
 		case stateCounters:

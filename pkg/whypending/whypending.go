@@ -236,7 +236,7 @@ func newExplainer(ctx context.Context, pod *v1.Pod, c Cluster) *explainer {
 	for i := range c.Pools {
 		p := &c.Pools[i]
 		e.poolNode[p.PoolID] = p.NodeName
-		if !usable(p) {
+		if !p.Complete() {
 			// The allocator skips an incomplete pool.
 			unusable = append(unusable, p.PoolID.String())
 			continue
@@ -275,14 +275,6 @@ func newExplainer(ctx context.Context, pod *v1.Pod, c Cluster) *explainer {
 	}
 	e.lower = lowerPriority(pod, c)
 	return e
-}
-
-// usable reports whether the allocator offers the pool's devices: it has
-// every slice of its generation (upstream's allocator skips an incomplete
-// pool). Other validation errors are the allocator's to judge: it accepts
-// a pool whose slices name different nodes, which drausage reports.
-func usable(p *drausage.PoolUsage) bool {
-	return p.Complete()
 }
 
 // blockingTaints are the NoSchedule and NoExecute taints of a device, from
