@@ -22,7 +22,7 @@ package adminaccess
 //
 // When upstream fixes #140729, delete this file, the decorated DRA
 // manager's countersIgnored field and listedSlices' ignore step
-// (pkg/plugins/drascope, slices.go), and go back to calling upstream's
+// (pkg/dramanager, slices.go), and go back to calling upstream's
 // PreFilter in PreFilter and to Filter without the note.
 
 import (

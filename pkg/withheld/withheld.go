@@ -2,7 +2,7 @@
 // reported them Unhealthy (KEP-4680, deviceHealth.policy Avoid): which of
 // them a pending pod could have used, on which nodes, in a message whose
 // size does not grow with the cluster. Withholding itself is the decorated
-// DRA manager's (pkg/plugins/drascope, dramanager.go: the devices join the
+// DRA manager's (pkg/dramanager, manager.go: the devices join the
 // in-use set the allocator reads); this package only says so, and knows
 // nothing of the scheduler framework.
 package withheld

@@ -2,7 +2,6 @@ package drascope
 
 import (
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/pkg/adminaccess"
+	"github.com/drascope/drascope/pkg/dramanager"
 )
 
 // One node's partitionable GPU: "whole" uses all of it, "half-a" and
@@ -57,17 +57,21 @@ func claimFor(name, partition string, adminAccess bool) *resourceapi.ResourceCla
 	}
 }
 
-// The decorator changes the slices only while the flag is set.
+// The decorator changes the slices only while counters are ignored.
 func TestSlicesWithoutCountersOnlyWhileIgnoring(t *testing.T) {
 	listed := partitionableNode()
-	flag := &atomic.Bool{}
-	lister := listedSlices{ResourceSliceLister: staticSlices(listed), ignore: flag}
+	manager := dramanager.New(innerParts{slices: staticSlices(listed)}, nil, nil, nil)
+	lister := manager.ResourceSlices()
 	if got, _ := lister.ListWithDeviceTaintRules(); got[1] != listed[1] {
-		t.Error("slices changed while the flag is off")
+		t.Error("slices changed while counters count")
 	}
-	flag.Store(true)
+	restore := manager.IgnoreCounters()
 	if got, _ := lister.ListWithDeviceTaintRules(); got[1] == listed[1] {
-		t.Error("slices unchanged while the flag is on")
+		t.Error("slices unchanged while counters are ignored")
+	}
+	restore()
+	if got, _ := lister.ListWithDeviceTaintRules(); got[1] != listed[1] {
+		t.Error("slices changed after counters count again")
 	}
 }
 

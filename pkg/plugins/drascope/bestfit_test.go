@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/pkg/devicechoice"
+	"github.com/drascope/drascope/pkg/dramanager"
 )
 
 // deviceChoice BestFit through upstream's real PreFilter, Filter and
@@ -43,25 +44,19 @@ func TestBestFitChoosesThroughUpstreamsAllocator(t *testing.T) {
 				slice, mine, pod, captureClaim("held", "node-1", "gpu-0"),
 			}
 			upstream, manager, _ := upstreamThroughDecorator(ctx, t, objects, feature.Features{EnableDynamicResourceAllocation: true},
-				func(m *draManager) {
+				func(m *dramanager.Manager) {
 					if tc.bestFit {
-						m.bestFit = &bestFit{}
+						m.OrderBestFit()
 					}
 				})
-			if manager.bestFit != nil {
-				manager.bestFit.want.Store(int32(devicechoice.Wanted([]*resourceapi.ResourceClaim{mine})))
-			}
+			manager.Want(devicechoice.Wanted([]*resourceapi.ResourceClaim{mine}))
 			node := framework.NewNodeInfo()
 			node.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
 			state := framework.NewCycleState()
-			manager.capture.begin()
-			if manager.bestFit != nil {
-				manager.bestFit.active.Store(true)
-			}
+			manager.BeginCapture()
+			listed := manager.ListForAllocator()
 			_, status := upstream.PreFilter(ctx, state, pod, []fwk.NodeInfo{node})
-			if manager.bestFit != nil {
-				manager.bestFit.active.Store(false)
-			}
+			listed()
 			if !status.IsSuccess() {
 				t.Fatalf("upstream's PreFilter: %v", status)
 			}
@@ -71,7 +66,7 @@ func TestBestFitChoosesThroughUpstreamsAllocator(t *testing.T) {
 			if status := upstream.Reserve(ctx, state, pod, "node-1"); !status.IsSuccess() {
 				t.Fatalf("upstream's Reserve: %v", status)
 			}
-			allocation := manager.claims.GetPendingAllocation(mine.UID)
+			allocation := manager.ResourceClaims().GetPendingAllocation(mine.UID)
 			if allocation == nil || len(allocation.Devices.Results) != 1 {
 				t.Fatalf("pending allocation %+v, want one device", allocation)
 			}

@@ -27,6 +27,8 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
 	"k8s.io/utils/ptr"
+
+	"github.com/drascope/drascope/pkg/dramanager"
 )
 
 // recordingManager sits under drascope's decorator and records what the
@@ -186,11 +188,11 @@ func TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom(t *testing.T) {
 				nodes = append(nodes, info)
 			}
 			state := framework.NewCycleState()
-			manager.capture.begin()
+			manager.BeginCapture()
 			if _, status := upstream.PreFilter(ctx, state, pod, nodes); !status.IsSuccess() && status.Code() != fwk.UnschedulableAndUnresolvable {
 				t.Fatalf("upstream's PreFilter: %v", status)
 			}
-			inUse, listed, ok := manager.capture.take()
+			inUse, listed, ok := manager.TakeCapture()
 			if !ok {
 				t.Fatal("nothing captured: upstream's PreFilter built its allocator from calls the decorator does not see")
 			}
@@ -200,14 +202,14 @@ func TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom(t *testing.T) {
 				wantList, wantGather = 0, 1
 			}
 			if c := recording.claims; c.listCalls != wantList || c.gatherCalls != wantGather {
-				t.Errorf("upstream's PreFilter called ListAllAllocatedDevices %d times and GatherAllocatedState %d times, want %d and %d: the capture's contract (capture.go) no longer holds",
+				t.Errorf("upstream's PreFilter called ListAllAllocatedDevices %d times and GatherAllocatedState %d times, want %d and %d: the capture's contract (pkg/dramanager/capture.go) no longer holds",
 					c.listCalls, c.gatherCalls, wantList, wantGather)
 			}
 			if n := recording.slices.calls; n != 1 {
-				t.Errorf("upstream's PreFilter listed the slices %d times, want once: the capture's contract (capture.go) no longer holds", n)
+				t.Errorf("upstream's PreFilter listed the slices %d times, want once: the capture's contract (pkg/dramanager/capture.go) no longer holds", n)
 			}
-			if !inUse.state.AllocatedDevices.Equal(recording.claims.last) {
-				t.Errorf("captured in-use set %v, upstream was handed %v", inUse.state.AllocatedDevices.UnsortedList(), recording.claims.last.UnsortedList())
+			if !inUse.State.AllocatedDevices.Equal(recording.claims.last) {
+				t.Errorf("captured in-use set %v, upstream was handed %v", inUse.State.AllocatedDevices.UnsortedList(), recording.claims.last.UnsortedList())
 			}
 			if len(listed) != len(recording.slices.last) || len(listed) == 0 || &listed[0] != &recording.slices.last[0] {
 				t.Errorf("captured %d slices, upstream listed %d, not the same list", len(listed), len(recording.slices.last))
@@ -222,7 +224,7 @@ func TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom(t *testing.T) {
 						continue
 					}
 					for _, d := range slice.Spec.Devices {
-						if !inUse.state.AllocatedDevices.Has(structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, d.Name)) {
+						if !inUse.State.AllocatedDevices.Has(structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, d.Name)) {
 							free++
 						}
 					}
@@ -242,7 +244,7 @@ func TestCaptureIsWhatUpstreamBuiltItsAllocatorFrom(t *testing.T) {
 // drascope's decorator between it and the manager, and a recording
 // manager under the decorator. configure, when set, adjusts the decorator
 // before upstream is built. The informers run until ctx ends.
-func upstreamThroughDecorator(ctx context.Context, t testing.TB, objects []runtime.Object, fts feature.Features, configure func(*draManager)) (*dynamicresources.DynamicResources, *draManager, *recordingManager) {
+func upstreamThroughDecorator(ctx context.Context, t testing.TB, objects []runtime.Object, fts feature.Features, configure func(*dramanager.Manager)) (*dynamicresources.DynamicResources, *dramanager.Manager, *recordingManager) {
 	t.Helper()
 	upstream, manager, recording, _ := upstreamWithClient(ctx, t, objects, fts, configure)
 	return upstream, manager, recording
@@ -250,7 +252,7 @@ func upstreamThroughDecorator(ctx context.Context, t testing.TB, objects []runti
 
 // upstreamWithClient is upstreamThroughDecorator, with the client its
 // informers follow, for tests that change the objects.
-func upstreamWithClient(ctx context.Context, t testing.TB, objects []runtime.Object, fts feature.Features, configure func(*draManager)) (*dynamicresources.DynamicResources, *draManager, *recordingManager, *fake.Clientset) {
+func upstreamWithClient(ctx context.Context, t testing.TB, objects []runtime.Object, fts feature.Features, configure func(*dramanager.Manager)) (*dynamicresources.DynamicResources, *dramanager.Manager, *recordingManager, *fake.Clientset) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	client := fake.NewSimpleClientset(objects...)
@@ -288,7 +290,7 @@ func upstreamWithClient(ctx context.Context, t testing.TB, objects []runtime.Obj
 		claims:           &recordingTracker{ResourceClaimTracker: shared.ResourceClaims()},
 		slices:           &recordingSlices{ResourceSliceLister: shared.ResourceSlices()},
 	}
-	manager := newDRAManager(recording, nil, nil, nil)
+	manager := dramanager.New(recording, nil, nil, nil)
 	if configure != nil {
 		configure(manager)
 	}

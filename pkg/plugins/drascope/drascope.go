@@ -6,9 +6,10 @@
 // has a file named as the framework names it (prefilter.go, filter.go,
 // postfilter.go, podgrouppostfilter.go, score.go, reserve.go, prebind.go,
 // events.go, prefilterextensions.go); every piece of per-cycle state is
-// declared in cyclestate.go; new.go builds the plugin; dramanager.go,
-// capture.go, slices.go and devicechoice.go are the decorated DRA manager
-// upstream's plugin is handed. The features themselves are packages that
+// declared in cyclestate.go; new.go builds the plugin and the handle
+// upstream's plugin is handed, whose DRA manager is pkg/dramanager's
+// decorator; the plugin sets, for each cycle, how that decorator answers.
+// The features themselves are packages that
 // know nothing of the framework: pkg/nodeprune (pruning), pkg/filtermemo,
 // pkg/whatif and pkg/victims (preemption's dry runs), pkg/gangplan and
 // pkg/gangpreempt (gangs), pkg/adminaccess, pkg/withheld, pkg/devicescore,
@@ -28,6 +29,7 @@ import (
 	"github.com/drascope/drascope/apis/config"
 	"github.com/drascope/drascope/pkg/adminaccess"
 	"github.com/drascope/drascope/pkg/claimholders"
+	"github.com/drascope/drascope/pkg/dramanager"
 	"github.com/drascope/drascope/pkg/dryrun"
 	"github.com/drascope/drascope/pkg/filtermemo"
 	"github.com/drascope/drascope/pkg/gangplan"
@@ -56,7 +58,7 @@ type DRAScope struct {
 	scoring config.ScoringStrategy
 	claims  fwk.ResourceClaimTracker
 	// manager is the decorated DRA manager upstream's plugin uses.
-	manager *draManager
+	manager *dramanager.Manager
 	// index answers node pruning, scheduler-wide (nil: the pass over
 	// every slice answers, with deviceIDs caching the slices' device IDs).
 	index     *nodeprune.Index
@@ -136,7 +138,7 @@ func (pl *DRAScope) Name() string {
 func (pl *DRAScope) victimView() victims.View {
 	view := victims.View{Claims: pl.claims, Pods: pl.pods}
 	if pl.manager != nil {
-		view.InFlight = pl.manager.claims.inFlight
+		view.InFlight = pl.manager.Claims().InFlight
 	}
 	return view
 }

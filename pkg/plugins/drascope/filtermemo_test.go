@@ -377,7 +377,7 @@ func TestFilterMemoSkipsWhatItCannotAnswer(t *testing.T) {
 	claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
 		{Name: "one", DeviceClassName: captureDriver, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 	}}}
-	seen, listed, ok := pl.manager.capture.take()
+	seen, listed, ok := pl.manager.TakeCapture()
 	if !ok {
 		t.Fatal("the last cycle captured no allocator's inputs")
 	}

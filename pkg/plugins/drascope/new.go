@@ -23,6 +23,7 @@ import (
 	configv1 "github.com/drascope/drascope/apis/config/v1"
 	"github.com/drascope/drascope/apis/config/validation"
 	"github.com/drascope/drascope/pkg/adminaccess"
+	"github.com/drascope/drascope/pkg/dramanager"
 	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/dryrun"
 	"github.com/drascope/drascope/pkg/filtermemo"
@@ -91,7 +92,7 @@ func (pl *DRAScope) joinRuntime(ctx context.Context, fh fwk.Handle, rt *drarunti
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	pl.pools, pl.waiting = rt.Pools(), rt
-	var withheld Withheld
+	var withheld dramanager.Withheld
 	if rt.Withholds() {
 		pl.health = rt.Health()
 		withheld = pl.health
@@ -101,9 +102,9 @@ func (pl *DRAScope) joinRuntime(ctx context.Context, fh fwk.Handle, rt *drarunti
 	// in-flight allocations.
 	pl.index = rt.Index()
 	pl.filterMemo = &filtermemo.Memo{}
-	manager := newDRAManager(fh.SharedDRAManager(), observers{pl.pools, pl.index}, withheld, rt.Holds())
+	manager := dramanager.New(fh.SharedDRAManager(), dramanager.Observers{pl.pools, pl.index}, withheld, rt.Holds())
 	if args.DeviceChoice == config.DeviceChoiceBestFit {
-		manager.bestFit = &bestFit{}
+		manager.OrderBestFit()
 	}
 	pl.claims, pl.manager = manager.ResourceClaims(), manager
 	pods := fh.SharedInformerFactory().Core().V1().Pods()
@@ -187,4 +188,16 @@ func defaultArgs() (*config.DRAScopeArgs, error) {
 		return nil, fmt.Errorf("defaulting %s plugin args: %w", Name, err)
 	}
 	return args, nil
+}
+
+// decoratedHandle is the framework.Handle that upstream's DynamicResources
+// plugin receives: the scheduler's own handle, except that SharedDRAManager
+// returns drascope's decorator (pkg/dramanager).
+type decoratedHandle struct {
+	fwk.Handle
+	draManager fwk.SharedDRAManager
+}
+
+func (h *decoratedHandle) SharedDRAManager() fwk.SharedDRAManager {
+	return h.draManager
 }

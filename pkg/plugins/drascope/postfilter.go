@@ -133,7 +133,7 @@ func (pl *DRAScope) awaitingRelease(ctx context.Context, state fwk.CycleState, p
 	if len(nodes) == 0 {
 		return ""
 	}
-	inUse, err := pl.manager.claims.ResourceClaimTracker.ListAllAllocatedDevices()
+	inUse, err := pl.manager.Claims().ResourceClaimTracker.ListAllAllocatedDevices()
 	if err != nil {
 		return ""
 	}

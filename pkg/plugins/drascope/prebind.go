@@ -13,7 +13,7 @@ import (
 // plan no more.
 func (pl *DRAScope) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	if s, ok := fromCycle[signalled](state, signalledKey); ok && pl.manager != nil {
-		pl.manager.claims.startWriting(s.uids)
+		pl.manager.Claims().StartWriting(s.uids)
 	}
 	pl.gangPlans.Forget([]*v1.Pod{pod})
 	return pl.DynamicResources.PreBind(ctx, state, pod, nodeName)

@@ -91,20 +91,20 @@ func (pl *DRAScope) gatherClaims(state fwk.CycleState, c *preFilterCycle) {
 	if pl.manager != nil {
 		// What upstream's PreFilter hands its allocator this cycle, and
 		// only that, is what node pruning reads.
-		pl.manager.capture.begin()
+		pl.manager.BeginCapture()
 	}
 	c.claims = &podClaims{}
 	if pl.enabled && len(c.pod.Spec.ResourceClaims) > 0 {
 		c.claims, c.gathered = pl.claimsOf(c.pod), true
 		state.Write(claimsKey, c.claims)
 	}
-	if pl.manager != nil && pl.manager.bestFit != nil {
-		pl.manager.bestFit.want.Store(int32(devicechoice.Wanted(c.claims.toAllocate)))
+	if pl.manager != nil {
+		pl.manager.Want(devicechoice.Wanted(c.claims.toAllocate))
 	}
 	if pl.health != nil {
 		state.Write(withheldKey, withheldState{withheld.NewCycle(c.claims.toAllocate, c.gathered && c.claims.unknown == 0)})
 	}
-	if pl.waiting != nil && (c.gathered || requestsExtendedResources(c.pod)) && pl.manager.claims.mayBeFreedSilently() {
+	if pl.waiting != nil && (c.gathered || requestsExtendedResources(c.pod)) && pl.manager.Claims().MayBeFreedSilently() {
 		// Held devices, or devices in flight that a failed write would
 		// hold, may refuse this pod; when the hold ends, no event says so.
 		// Remembered before upstream's PreFilter takes the in-use set, so
@@ -120,9 +120,8 @@ func (pl *DRAScope) gatherClaims(state fwk.CycleState, c *preFilterCycle) {
 // preemption's victims' devices (freeing). It records a gang member in the
 // pod-group cycle's attempt.
 func (pl *DRAScope) runUpstream(ctx context.Context, state fwk.CycleState, c *preFilterCycle) (*fwk.PreFilterResult, *fwk.Status) {
-	if pl.manager != nil && pl.manager.bestFit != nil {
-		pl.manager.bestFit.active.Store(true)
-		defer pl.manager.bestFit.active.Store(false)
+	if pl.manager != nil {
+		defer pl.manager.ListForAllocator()()
 	}
 	stopSteering := pl.steerFor(c)
 	stopFreeing := pl.freeVictimsDevices(ctx, c)
@@ -227,8 +226,7 @@ func (pl *DRAScope) preFilterIgnoringCounters(ctx context.Context, state fwk.Cyc
 	switch use {
 	case adminaccess.Only:
 		klog.FromContext(ctx).V(5).Info("Allocating admin access without shared counters", "pod", klog.KObj(pod), "workaround", adminaccess.UpstreamIssue)
-		pl.manager.countersIgnored.Store(true)
-		defer pl.manager.countersIgnored.Store(false)
+		defer pl.manager.IgnoreCounters()()
 	case adminaccess.Mixed:
 		state.Write(mixedAdminKey, mixedAdminData{})
 	}
@@ -271,8 +269,7 @@ func (pl *DRAScope) steerFor(c *preFilterCycle) (stop func()) {
 	if c.plan == nil {
 		return func() {}
 	}
-	pl.manager.steering.allowed.Store(&c.plan.Devices)
-	return func() { pl.manager.steering.allowed.Store(nil) }
+	return pl.manager.Steer(&c.plan.Devices)
 }
 
 // keepToPlan narrows PreFilter's answer for a planned member to its
@@ -313,9 +310,8 @@ func (pl *DRAScope) freeVictimsDevices(ctx context.Context, c *preFilterCycle) (
 		return func() {}
 	}
 	c.dryRun = p
-	pl.manager.claims.freeing.Store(p)
 	klog.FromContext(ctx).V(5).Info("Pod group preemption: victims' devices are free for the member", "pod", klog.KObj(c.pod), "devices", p.Freed.Len(), "released", p.Released.Len())
-	return func() { pl.manager.claims.freeing.Store(nil) }
+	return pl.manager.Free(p)
 }
 
 // mayFollowDevices reports whether a what-if can follow the devices of the
@@ -357,9 +353,9 @@ func (pl *DRAScope) newWhatIf(view *cycleView, claims *podClaims) *whatif.WhatIf
 	}
 	return whatif.New(whatif.Options{
 		Allocating: pl.allocating,
-		State:      view.seen.state,
-		Kept:       view.seen.kept,
-		Withheld:   view.seen.withheld,
+		State:      view.seen.State,
+		Kept:       view.seen.Kept,
+		Withheld:   view.seen.Withheld,
 		Slices:     view.slices,
 		Claims:     claims.toAllocate,
 		Wanted:     devicechoice.Wanted(claims.toAllocate),
@@ -390,7 +386,7 @@ func keptOf(view *cycleView) sets.Set[structured.DeviceID] {
 	if view == nil {
 		return nil
 	}
-	return view.seen.kept
+	return view.seen.Kept
 }
 
 // nominatedNodeAwaitingVictims returns the node a preemptor is nominated
@@ -447,7 +443,7 @@ func (pl *DRAScope) newMemoCycle(claims *podClaims, nodes []fwk.NodeInfo, view *
 		return byName
 	}
 	layout := func() *filtermemo.Layout { return pl.layoutOf(view) }
-	return pl.filterMemo.NewCycle(claims.toAllocate, pl.deviceClass, layout, current, view.seen.state, candidates)
+	return pl.filterMemo.NewCycle(claims.toAllocate, pl.deviceClass, layout, current, view.seen.State, candidates)
 }
 
 // layoutOf returns the filter memo's layout of the view's slices, laid out

@@ -13,6 +13,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/drascope/drascope/pkg/adminaccess"
+	"github.com/drascope/drascope/pkg/dramanager"
 	"github.com/drascope/drascope/pkg/filtermemo"
 	"github.com/drascope/drascope/pkg/metrics"
 	"github.com/drascope/drascope/pkg/nodeprune"
@@ -52,9 +53,9 @@ func (pl *DRAScope) pruneNodes(ctx context.Context, pod *v1.Pod, nodes []fwk.Nod
 		}
 		return byName
 	}
-	tracker := pl.manager.claims.ResourceClaimTracker
+	tracker := pl.manager.Claims().ResourceClaimTracker
 	pruning := nodeprune.View{
-		Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld, Kept: view.seen.kept,
+		Slices: view.slices, InUse: view.seen.State.AllocatedDevices, Withheld: view.seen.Withheld, Kept: view.seen.Kept,
 		InFlight: func(uid types.UID) bool { return tracker.GetPendingAllocation(uid) != nil },
 		IDs:      &pl.deviceIDs,
 	}
@@ -103,7 +104,7 @@ func (pl *DRAScope) deviceClass(name string) (*resourceapi.DeviceClass, error) {
 // cycleView is what upstream's PreFilter built this cycle's allocator from,
 // which the decorator saw go by.
 type cycleView struct {
-	seen   *inUseSeen
+	seen   *dramanager.InUse
 	slices []*resourceapi.ResourceSlice
 	// layout is the filter memo's layout of slices, once laid out this
 	// cycle (layoutOf): the served pools and the memo read the same one.
@@ -120,7 +121,7 @@ func (pl *DRAScope) takeCycleView(pod *v1.Pod, claims *podClaims) *cycleView {
 	if pl.manager == nil {
 		return nil
 	}
-	seen, slices, ok := pl.manager.capture.take()
+	seen, slices, ok := pl.manager.TakeCapture()
 	if !ok {
 		// Upstream built no allocator this cycle.
 		return nil
@@ -138,7 +139,7 @@ func writeShortageState(state fwk.CycleState, claims *podClaims, view *cycleView
 		return
 	}
 	state.Write(shortageKey, &shortageState{claims: claims.toAllocate, view: nodeprune.View{
-		Slices: view.slices, InUse: view.seen.state.AllocatedDevices, Withheld: view.seen.withheld,
+		Slices: view.slices, InUse: view.seen.State.AllocatedDevices, Withheld: view.seen.Withheld,
 	}})
 }
 
@@ -149,15 +150,7 @@ type prunedFirst struct {
 	// result are the nodes pruning kept (nil: every node).
 	result *fwk.PreFilterResult
 	// served is what upstream's PreFilter is handed.
-	served *servedView
-}
-
-// servedView is what the decorated DRA manager hands upstream's PreFilter
-// in place of fresh answers, while it is set: the in-use state, with what
-// DRAScope added to it, and the slices.
-type servedView struct {
-	seen   *inUseSeen
-	slices []*resourceapi.ResourceSlice
+	served *dramanager.Served
 }
 
 // pruneFirst prunes the nodes before upstream's PreFilter runs, on what
@@ -198,16 +191,16 @@ func (pl *DRAScope) pruneFirst(ctx context.Context, state fwk.CycleState, c *pre
 	}
 	var err error
 	if pl.features.EnableDRAConsumableCapacity {
-		_, err = pl.manager.claims.GatherAllocatedState()
+		_, err = pl.manager.Claims().GatherAllocatedState()
 	} else {
-		_, err = pl.manager.claims.ListAllAllocatedDevices()
+		_, err = pl.manager.Claims().ListAllAllocatedDevices()
 	}
 	if err == nil {
 		_, err = pl.manager.ResourceSlices().ListWithDeviceTaintRules()
 	}
 	if err != nil {
 		// A concurrent modification, which upstream retries: let it.
-		pl.manager.capture.begin()
+		pl.manager.BeginCapture()
 		return nil
 	}
 	view := pl.takeCycleView(c.pod, c.claims)
@@ -224,9 +217,9 @@ func (pl *DRAScope) pruneFirst(ctx context.Context, state fwk.CycleState, c *pre
 		return status
 	}
 	metrics.ObserveEarlyRefusal(metrics.EarlyRefusalPassed)
-	served := &servedView{seen: view.seen, slices: view.slices}
+	served := &dramanager.Served{InUse: view.seen, Slices: view.slices}
 	if !result.AllNodes() {
-		served.slices = pl.poolsReaching(view, result.NodeNames)
+		served.Slices = pl.poolsReaching(view, result.NodeNames)
 	}
 	c.first = &prunedFirst{view: view, result: result, served: served}
 	return nil
@@ -267,7 +260,7 @@ func (pl *DRAScope) upstreamPreFilter(ctx context.Context, state fwk.CycleState,
 	}
 	klog.FromContext(ctx).V(5).Info("A claim changed while pruning first: upstream's PreFilter runs again on its own view", "pod", klog.KObj(c.pod))
 	c.first = nil
-	pl.manager.capture.begin()
+	pl.manager.BeginCapture()
 	return pl.preFilterIgnoringCounters(ctx, state, c.pod, c.nodes, c.claims)
 }
 
@@ -275,9 +268,8 @@ func (pl *DRAScope) upstreamPreFilter(ctx context.Context, state fwk.CycleState,
 // serves it served. Upstream's other listings of slices (node-allocatable
 // resources in Filter, after this returns) and every call outside this
 // cycle's PreFilter get fresh answers.
-func (pl *DRAScope) servedPreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, claims *podClaims, served *servedView) (*fwk.PreFilterResult, *fwk.Status) {
-	pl.manager.served.Store(served)
-	defer pl.manager.served.Store(nil)
+func (pl *DRAScope) servedPreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, claims *podClaims, served *dramanager.Served) (*fwk.PreFilterResult, *fwk.Status) {
+	defer pl.manager.Serve(served)()
 	return pl.preFilterIgnoringCounters(ctx, state, pod, nodes, claims)
 }
 

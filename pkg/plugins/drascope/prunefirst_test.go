@@ -143,9 +143,9 @@ func TestPruningFirstOnlyWhereUpstreamWouldAllocate(t *testing.T) {
 
 			info := framework.NewNodeInfo()
 			info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
-			manager.capture.begin()
+			manager.BeginCapture()
 			_, status := upstream.PreFilter(ctx, framework.NewCycleState(), pod, []fwk.NodeInfo{info})
-			_, _, built := manager.capture.take()
+			_, _, built := manager.TakeCapture()
 			if gate && !(status.IsSuccess() && built) {
 				t.Errorf("pruning first's gate opens, but upstream's PreFilter returned %v (allocator built: %v): pruning first would replace upstream's answer", status, built)
 			}
@@ -211,7 +211,7 @@ func TestPruningFirstServesUpstreamItsView(t *testing.T) {
 			if calls := recording.slices.calls; calls != 1 {
 				t.Errorf("the slices were listed %d times in the cycle, want once", calls)
 			}
-			_, served, ok := pl.manager.capture.take()
+			_, served, ok := pl.manager.TakeCapture()
 			if !ok {
 				t.Fatal("upstream's PreFilter built no allocator")
 			}
@@ -246,7 +246,7 @@ func TestPruningFirstStandsDownWhenAClaimChanges(t *testing.T) {
 	pl, recording, pod, nodes := pruningFirstCluster(ctx, t, fts)
 	changed := false
 	recording.claims.change = func(claim *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
-		if claim.Name != "mine" || !changed && pl.manager.served.Load() == nil {
+		if claim.Name != "mine" || !changed && !pl.manager.Serving() {
 			return claim
 		}
 		changed = true

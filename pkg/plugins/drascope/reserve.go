@@ -36,9 +36,9 @@ func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.P
 	if status := pl.filterChosenIfMemoized(ctx, state, pod, nodeName); !status.IsSuccess() {
 		return status
 	}
-	before := pl.manager.claims.pendingUIDs()
+	before := pl.manager.Claims().PendingUIDs()
 	status := pl.DynamicResources.Reserve(ctx, state, pod, nodeName)
-	after := pl.manager.claims.pendingUIDs()
+	after := pl.manager.Claims().PendingUIDs()
 	// New ones (an extended-resource claim's is under a temporary UID),
 	// and the pod's own claims already in flight for its group.
 	uses := after.Difference(before)

@@ -46,7 +46,7 @@ func (pl *DRAScope) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.
 		// Counted free, a gang packs onto the victims' nodes as it would
 		// onto free ones, and preemption spares the victims of the nodes
 		// it leaves alone.
-		freed = w.FreeByPool(pl.manager.claims.inFlightDevices(pl.allocating.Features.ConsumableCapacity))
+		freed = w.FreeByPool(pl.manager.Claims().InFlightDevices(pl.allocating.Features.ConsumableCapacity))
 	}
 	use := make(map[string]devicescore.Use, len(nodes))
 	for _, node := range nodes {

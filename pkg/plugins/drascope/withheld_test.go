@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drascope/drascope/pkg/dramanager"
 	"github.com/drascope/drascope/pkg/withheld"
 
 	v1 "k8s.io/api/core/v1"
@@ -49,6 +50,16 @@ func (t *allocatedTracker) GatherAllocatedState() (*structured.AllocatedState, e
 	}
 	return &structured.AllocatedState{AllocatedDevices: t.allocated.Clone()}, nil
 }
+
+// innerParts is a SharedDRAManager with only the parts a test sets.
+type innerParts struct {
+	fwk.SharedDRAManager
+	claims fwk.ResourceClaimTracker
+	slices fwk.ResourceSliceLister
+}
+
+func (m innerParts) ResourceClaims() fwk.ResourceClaimTracker { return m.claims }
+func (m innerParts) ResourceSlices() fwk.ResourceSliceLister  { return m.slices }
 
 func deviceID(i int) structured.DeviceID {
 	return structured.MakeDeviceID("gpu.example.com", fmt.Sprintf("node-%d", i/8), fmt.Sprintf("gpu-%d", i%8))
@@ -96,8 +107,7 @@ func TestWithheldDevicesAreInUseForTheAllocator(t *testing.T) {
 	unhealthy := healthCacheWithUnhealthy(logger, 1, 2) // device 1 allocated and Unhealthy, device 2 free and Unhealthy
 	want := sets.New(deviceID(0), deviceID(1), deviceID(2))
 
-	claims := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, unhealthy, nil).ResourceClaims()
-	claims.(*claimTracker).ResourceClaimTracker = inner
+	claims := dramanager.New(innerParts{claims: inner}, nil, unhealthy, nil).ResourceClaims()
 	got, err := claims.ListAllAllocatedDevices()
 	if err != nil || !got.Equal(want) {
 		t.Errorf("ListAllAllocatedDevices = %v, %v; want %v", got, err, want)
@@ -111,8 +121,7 @@ func TestWithheldDevicesAreInUseForTheAllocator(t *testing.T) {
 	}
 
 	// Policy Ignore: nothing withheld.
-	ignoring := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, nil, nil).ResourceClaims()
-	ignoring.(*claimTracker).ResourceClaimTracker = inner
+	ignoring := dramanager.New(innerParts{claims: inner}, nil, nil, nil).ResourceClaims()
 	if got, _ := ignoring.ListAllAllocatedDevices(); !got.Equal(inner.allocated) {
 		t.Errorf("with policy Ignore: %v, want the scheduler's own %v", got, inner.allocated)
 	}
@@ -148,9 +157,7 @@ func BenchmarkAllocatedState(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			var claims fwk.ResourceClaimTracker = inner
 			if tc.decorated {
-				d := newDRAManager(&innerManager{claims: &innerTracker{}}, nil, healthCacheWithUnhealthy(logger, 1000, tc.unhealthy), nil).ResourceClaims()
-				d.(*claimTracker).ResourceClaimTracker = inner
-				claims = d
+				claims = dramanager.New(innerParts{claims: inner}, nil, healthCacheWithUnhealthy(logger, 1000, tc.unhealthy), nil).ResourceClaims()
 			}
 			b.ReportAllocs()
 			for b.Loop() {

@@ -1,4 +1,4 @@
-package drascope
+package dramanager
 
 import (
 	"testing"
@@ -21,7 +21,7 @@ func gpu(name string) structured.DeviceID {
 // put in flight: two members must not get the same device.
 func TestVictimsDevicesLeaveTheInUseSetUnlessInFlight(t *testing.T) {
 	inner := &innerTracker{}
-	m := newDRAManager(&innerManager{claims: inner}, nil, nil, nil)
+	m := New(&innerManager{claims: inner}, nil, nil, nil)
 	member := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "member-0", UID: "member-0"}}
 	member.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 		{Request: "gpu", Driver: "gpu.example.com", Pool: "node-0", Device: "b"},

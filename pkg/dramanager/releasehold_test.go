@@ -1,4 +1,4 @@
-package drascope
+package dramanager
 
 import (
 	"context"
@@ -76,7 +76,7 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 		if err := claims.SignalClaimPendingAllocation(claim.UID, allocated); err != nil {
 			t.Fatal(err)
 		}
-		claims.(*claimTracker).startWriting([]types.UID{claim.UID})
+		claims.(*ClaimTracker).StartWriting([]types.UID{claim.UID})
 	}
 
 	// freed counts the holds a check found free: each must retry the
@@ -87,7 +87,7 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 		view := &viewTracker{claim: claim, inFlight: allocation}
 		holds := &releasehold.Holds{}
 		holds.Start(context.Background(), read, func(klog.Logger) { freed.Add(1) })
-		manager := newDRAManager(&innerManager2{claims: view}, nil, nil, holds)
+		manager := New(&innerManager2{claims: view}, nil, nil, holds)
 		return view, manager.ResourceClaims()
 	}
 	// released is Unreserve after PreBind began.
@@ -165,8 +165,8 @@ func TestReleasedAllocationsStayInUseUntilTheirFateIsKnown(t *testing.T) {
 		holds := &releasehold.Holds{}
 		holds.Start(context.Background(), apiDown, nil)
 		inner := &innerManager2{claims: view}
-		failed := newDRAManager(inner, nil, nil, holds).ResourceClaims()
-		other := newDRAManager(inner, nil, nil, holds).ResourceClaims()
+		failed := New(inner, nil, nil, holds).ResourceClaims()
+		other := New(inner, nil, nil, holds).ResourceClaims()
 		prebind(t, failed)
 		failed.MaybeRemoveClaimPendingAllocation(claim.UID, false)
 		failed.AssumedClaimRestore(claim.Namespace, claim.Name)
@@ -211,8 +211,8 @@ func TestMayBeFreedSilently(t *testing.T) {
 	}}}
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c", ResourceVersion: "1"}}
 	view := &viewTracker{claim: claim}
-	claims := newDRAManager(&innerManager2{claims: view}, nil, nil, &releasehold.Holds{}).ResourceClaims().(*claimTracker)
-	if claims.mayBeFreedSilently() {
+	claims := New(&innerManager2{claims: view}, nil, nil, &releasehold.Holds{}).ResourceClaims().(*ClaimTracker)
+	if claims.MayBeFreedSilently() {
 		t.Fatal("nothing in flight or held, yet a pod would wait for a hold to end")
 	}
 	allocated := claim.DeepCopy()
@@ -221,13 +221,13 @@ func TestMayBeFreedSilently(t *testing.T) {
 	if err := claims.SignalClaimPendingAllocation(claim.UID, allocated); err != nil {
 		t.Fatal(err)
 	}
-	claims.startWriting([]types.UID{claim.UID})
-	if !claims.mayBeFreedSilently() {
+	claims.StartWriting([]types.UID{claim.UID})
+	if !claims.MayBeFreedSilently() {
 		t.Error("an allocation in flight: a failed write would hold it, and its end would retry nobody")
 	}
 	claims.MaybeRemoveClaimPendingAllocation(claim.UID, false)
 	claims.AssumedClaimRestore(claim.Namespace, claim.Name)
-	if !claims.mayBeFreedSilently() {
+	if !claims.MayBeFreedSilently() {
 		t.Error("an allocation held after a failed write: its end would retry nobody")
 	}
 }

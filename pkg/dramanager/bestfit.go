@@ -1,4 +1,4 @@
-package drascope
+package dramanager
 
 import (
 	"sync/atomic"
@@ -29,12 +29,12 @@ type bestFit struct {
 // order returns the slices in BestFit order, from what the cycle captured
 // as in use; without it (a listing outside upstream's PreFilter), as they
 // are.
-func (b *bestFit) order(slices []*resourceapi.ResourceSlice, capture *cycleCapture) []*resourceapi.ResourceSlice {
+func (b *bestFit) order(slices []*resourceapi.ResourceSlice, capture *Capture) []*resourceapi.ResourceSlice {
 	seen := capture.inUse.Load()
 	if !b.active.Load() || seen == nil {
 		return slices
 	}
-	inUse := seen.state.AllocatedDevices
+	inUse := seen.State.AllocatedDevices
 	return devicechoice.OrderPools(slices, devicechoice.Options{
 		InUse:     func(id structured.DeviceID) bool { return inUse.Has(id) },
 		Want:      int(b.want.Load()),

@@ -1,4 +1,4 @@
-package drascope
+package dramanager
 
 import (
 	"errors"
@@ -54,7 +54,7 @@ type innerManager struct {
 
 func (m *innerManager) ResourceClaims() fwk.ResourceClaimTracker { return m.claims }
 
-// recorder is an InFlightObserver that writes down what it was told.
+// recorder is an Observer that writes down what it was told.
 type recorder struct {
 	calls       []string
 	allocations []*resourceapi.AllocationResult
@@ -105,7 +105,7 @@ func TestDRAManagerReportsInFlightAllocations(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			inner := &innerTracker{err: tc.err, removed: tc.removed, unrecorded: tc.unrecorded}
 			observer := &recorder{}
-			claims := newDRAManager(&innerManager{claims: inner}, observer, nil, nil).ResourceClaims()
+			claims := New(&innerManager{claims: inner}, observer, nil, nil).ResourceClaims()
 
 			if err := claims.SignalClaimPendingAllocation(claim.UID, claim); !errors.Is(err, tc.err) {
 				t.Errorf("SignalClaimPendingAllocation returned %v, want the inner result %v", err, tc.err)
@@ -133,7 +133,7 @@ func TestDRAManagerReportsTheAllocationUpstreamKeeps(t *testing.T) {
 		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared", UID: "uid-s"}, Status: resourceapi.ResourceClaimStatus{Allocation: a}}
 	}
 	observer := &recorder{}
-	claims := newDRAManager(&innerManager{claims: &innerTracker{}}, observer, nil, nil).ResourceClaims()
+	claims := New(&innerManager{claims: &innerTracker{}}, observer, nil, nil).ResourceClaims()
 	for _, a := range []*resourceapi.AllocationResult{first, second} {
 		if err := claims.SignalClaimPendingAllocation("uid-s", claim(a)); err != nil {
 			t.Fatal(err)
@@ -149,12 +149,14 @@ func TestDRAManagerReportsTheAllocationUpstreamKeeps(t *testing.T) {
 // or one whose removal raced its record is dropped, not held for ever.
 func TestInFlightDropsWhatUpstreamNoLongerHolds(t *testing.T) {
 	held := &resourceapi.AllocationResult{}
-	tracker := &claimTracker{ResourceClaimTracker: claimsAt{pending: map[types.UID]*resourceapi.AllocationResult{"held": held}}}
+	// The inner tracker holds one allocation in flight; "removed" records
+	// another.
+	tracker := &ClaimTracker{ResourceClaimTracker: &innerTracker{inFlight: held}}
 	tracker.pending.byClaim = map[types.UID]*resourceapi.AllocationResult{
 		"held":    held,
 		"removed": {},
 	}
-	if got := tracker.inFlight(); len(got) != 1 || got[0] != held {
+	if got := tracker.InFlight(); len(got) != 1 || got[0] != held {
 		t.Errorf("inFlight = %v, want only the allocation upstream still holds", got)
 	}
 	if _, ok := tracker.pending.byClaim["removed"]; ok {

@@ -1,4 +1,4 @@
-package drascope
+package dramanager
 
 import (
 	"sync/atomic"
@@ -14,23 +14,23 @@ import (
 )
 
 // ResourceSlices is what upstream's PreFilter lists slices through.
-func (m *draManager) ResourceSlices() fwk.ResourceSliceLister {
+func (m *Manager) ResourceSlices() fwk.ResourceSliceLister {
 	return listedSlices{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), served: &m.served, ignore: &m.countersIgnored, capture: &m.capture, bestFit: m.bestFit, steering: &m.steering, freeing: &m.claims.freeing}
 }
 
 // listedSlices lists the scheduler's slices as upstream's allocator gets
 // them (or, while pruning first serves upstream's PreFilter, the slices it
-// serves: prune.go), in four steps: with bestFit, each slice's devices in
-// BestFit order (devicechoice.go); in a gang's preemption dry run, the
+// serves: Serve), in four steps: with bestFit, each slice's devices in
+// BestFit order (bestfit.go); in a gang's preemption dry run, the
 // victims' devices after the others (pkg/gangpreempt); while steering,
 // only the free devices a gang plan allows (pkg/gangplan); while ignore is
 // set, every device consuming zero of each counter (pkg/adminaccess). It
 // hands what it handed out to the cycle's capture.
 type listedSlices struct {
 	fwk.ResourceSliceLister
-	served   *atomic.Pointer[servedView]
+	served   *atomic.Pointer[Served]
 	ignore   *atomic.Bool
-	capture  *cycleCapture
+	capture  *Capture
 	bestFit  *bestFit
 	steering *steering
 	freeing  *atomic.Pointer[gangpreempt.DryRun]
@@ -40,7 +40,7 @@ func (l listedSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, 
 	var slices []*resourceapi.ResourceSlice
 	var err error
 	if served := l.servedSlices(); served != nil {
-		slices = served.slices
+		slices = served.Slices
 	} else {
 		slices, err = l.ResourceSliceLister.ListWithDeviceTaintRules()
 	}
@@ -68,7 +68,7 @@ func (l listedSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, 
 }
 
 // servedSlices is the view being served (nil: none).
-func (l listedSlices) servedSlices() *servedView {
+func (l listedSlices) servedSlices() *Served {
 	if l.served == nil {
 		return nil
 	}
@@ -82,9 +82,9 @@ type steering struct {
 }
 
 // inUseOf is the in-use test of what the cycle captured (nil: none).
-func inUseOf(seen *inUseSeen) func(structured.DeviceID) bool {
+func inUseOf(seen *InUse) func(structured.DeviceID) bool {
 	if seen == nil {
 		return nil
 	}
-	return seen.state.AllocatedDevices.Has
+	return seen.State.AllocatedDevices.Has
 }
