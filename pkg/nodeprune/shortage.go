@@ -23,6 +23,11 @@ import (
 // pending pod's message says after the scheduler's own "cannot allocate
 // all claims".
 type Shortage struct {
+	// Together says that no request is short by count: every request has
+	// nodes with enough free matching devices, so what refused the pod is
+	// what counting cannot see (taints, counters, capacity, constraints)
+	// or the requests together. The other fields are then empty.
+	Together              bool
 	Claim, Request, Class string
 	// Count is the devices asked for (0: all of the node's).
 	Count int
@@ -35,6 +40,9 @@ type Shortage struct {
 // String is the pending pod's reason, at most a few hundred bytes: a
 // claim's and a request's name are bounded by the API.
 func (s Shortage) String() string {
+	if s.Together {
+		return TogetherNote
+	}
 	what := fmt.Sprintf("%d × %s", s.Count, s.Class)
 	if s.Count == 0 {
 		what = "all " + s.Class + " devices of a node"
@@ -57,6 +65,11 @@ func (s Shortage) String() string {
 	return prefix + fmt.Sprintf("%s matching devices, none has %s free (most: %d, on %s)", nodesHave(s.NodesWithMatching), need, s.MostFree, on)
 }
 
+// TogetherNote is the reason of a Shortage that is Together.
+const TogetherNote = "every request has nodes with enough free matching devices by count, yet no node could allocate the claims: " +
+	"taints, shared counters, consumable capacity, constraints or requests competing for the same devices stand in the way " +
+	"(kubectl dra describe pod says which)"
+
 func nodesHave(n int) string {
 	if n == 1 {
 		return "1 node has"
@@ -68,30 +81,34 @@ func nodesHave(n int) string {
 // nodes has enough free devices for, counted from the view as pruning
 // counts them (devices in use but withheld count as free: Filter explains
 // those; only each pool's newest generation counts), with each device
-// matched against the class and the request's selectors; ok is false when
-// every request has a node (the claims fail together, or for what counting
-// cannot see: counters, capacity, constraints). A prioritized list is
-// short when every alternative is, and is named by its first; admin access
-// (which may use devices in use) is never short. One pass over the view's
-// devices per alternative.
+// matched against the class and the request's selectors. When every
+// request has a node, the Shortage is Together (the claims fail together,
+// or for what counting cannot see: taints, counters, capacity,
+// constraints), as long as a request was counted and every class is known;
+// ok is false otherwise. A prioritized list is short when every
+// alternative is, and is named by its first; admin access (which may use
+// devices in use) is never short. One pass over the view's devices per
+// alternative.
 func FindShortage(ctx context.Context, claims []*resourceapi.ResourceClaim, classes ClassGetter, view View, nodes []*v1.Node) (Shortage, bool) {
 	newest := newestGenerations(view.Slices)
 	allowed := sets.New[string]()
 	for _, node := range nodes {
 		allowed.Insert(node.Name)
 	}
+	counted, classMissing := 0, false
 	for _, claim := range claims {
 		for _, request := range claim.Spec.Devices.Requests {
 			if request.Exactly != nil && request.Exactly.AdminAccess != nil && *request.Exactly.AdminAccess {
 				// Admin access may use devices in use.
 				continue
 			}
+			counted++
 			var first *Shortage
 			met := false
 			for _, alt := range alternatives(request) {
 				class, err := classes(alt.className)
 				if err != nil || class == nil {
-					met = true // upstream's refusal names the class
+					met, classMissing = true, true // upstream's refusal names the class
 					break
 				}
 				s, enough := countShortage(ctx, class, alt, view, newest, nodes, allowed)
@@ -109,7 +126,10 @@ func FindShortage(ctx context.Context, claims []*resourceapi.ResourceClaim, clas
 			}
 		}
 	}
-	return Shortage{}, false
+	if counted == 0 || classMissing {
+		return Shortage{}, false
+	}
+	return Shortage{Together: true}, true
 }
 
 // alternative is what a request, or one alternative of a prioritized

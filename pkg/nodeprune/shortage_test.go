@@ -51,7 +51,7 @@ func TestFindShortage(t *testing.T) {
 		{Name: "gpus", DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 4},
 		{Name: "nic", DeviceClassName: "nic", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 	}}}
-	if s, ok := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{listed}, classes, view, nodes); ok {
+	if s, _ := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{listed}, classes, view, nodes); !s.Together {
 		t.Errorf("shortage %q, though the second alternative fits", s.String())
 	}
 	listed.Spec.Devices.Requests[0].FirstAvailable[1].Count = 2
@@ -82,10 +82,16 @@ func TestFindShortage(t *testing.T) {
 	if s, ok := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{monitor}, classes, view, nodes); ok {
 		t.Errorf("shortage %q for admin access", s.String())
 	}
-	// A request some node meets is no shortage.
+	// Requests each of which some node meets: no request is short, the
+	// claims fail together (or for what counting cannot see).
 	view.InUse = sets.New[structured.DeviceID]()
-	if s, ok := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{claimOf("nic", "gpu")}, classes, view, nodes); ok {
-		t.Errorf("shortage %q on a free cluster", s.String())
+	if s, ok := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{claimOf("nic", "gpu")}, classes, view, nodes); !ok || !s.Together || s.String() != nodeprune.TogetherNote {
+		t.Errorf("shortage %q (%v) on a free cluster, want the claims failing together", s.String(), ok)
+	}
+	// A class that does not exist: upstream's refusal names it, and
+	// nothing is said here.
+	if s, ok := nodeprune.FindShortage(context.Background(), []*resourceapi.ResourceClaim{claimOf("nic", "no-such-class")}, classes, view, nodes); ok {
+		t.Errorf("shortage %q with a class missing", s.String())
 	}
 }
 

@@ -206,7 +206,7 @@ func TestWhyPendingTainted(t *testing.T) {
 	}
 	w.node("a", devices...)
 	w.addClaimFor("train", w.request("gpu", 1))
-	w.pending("train", "train", "cannot allocate all claims")
+	w.pending("train", "train", "cannot allocate all claims", "yet no node could allocate the claims")
 	r := w.describe("train", "")
 	if v := verdict(t, r, "gpu", "gpu"); v.Devices.Tainted != 2 || len(v.Taints) != 1 || v.Taints[0] != "maintenance=firmware:NoSchedule" {
 		t.Errorf("verdict %+v, want 2 tainted by maintenance=firmware:NoSchedule", v)
@@ -233,7 +233,7 @@ func TestWhyPendingCountersExhausted(t *testing.T) {
 	}})
 	w.hold("whole", node, "whole")
 	w.addClaimFor("train", w.request("gpu", 1))
-	w.pending("train", "train", "cannot allocate all claims")
+	w.pending("train", "train", "cannot allocate all claims", "yet no node could allocate the claims")
 	r := w.describe("train", "")
 	if v := verdict(t, r, "gpu", "gpu"); v.Devices.Matching != 3 || v.Devices.Allocated != 1 || v.Devices.CountersExhausted != 2 {
 		t.Errorf("verdict %+v, want 1 allocated and 2 short of counters", v)
@@ -255,7 +255,7 @@ func TestWhyPendingCapacityExhausted(t *testing.T) {
 	w.allocate("big", resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: w.driver, Pool: node, Device: "shared-0",
 		ShareID: ptr.To(types.UID("11111111-1111-1111-1111-111111111111")), ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("60Gi")}})
 	w.addClaimFor("train", memory("gpu", "40Gi"))
-	w.pending("train", "train", "cannot allocate all claims")
+	w.pending("train", "train", "cannot allocate all claims", "yet no node could allocate the claims")
 	r := w.describe("train", "")
 	if v := verdict(t, r, "gpu", "gpu"); v.Devices.CapacityExhausted != 1 || v.NodesWithEnough != 0 {
 		t.Errorf("verdict %+v, want the shared GPU short of capacity", v)
@@ -279,7 +279,7 @@ func TestWhyPendingConstraint(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w.pending("pair", "pair", "cannot allocate all claims")
+	w.pending("pair", "pair", "cannot allocate all claims", "yet no node could allocate the claims")
 	r := w.describe("pair", "")
 	if r.Fit == nil || r.Fit.Tried != 1 || r.Fit.Count != 0 || !r.Fit.ConstraintsFail {
 		t.Errorf("fit %+v, want one node tried, none fitting, the constraint failing", r.Fit)

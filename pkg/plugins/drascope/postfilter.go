@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -33,7 +34,13 @@ const maxReleaseChecks = 16
 func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	result, status := pl.postFilter(ctx, state, pod, statuses)
 	if status.IsRejected() {
-		for _, note := range []string{pl.shortageNote(ctx, state, pod), pl.withheldSummary(ctx, state, pod, statuses)} {
+		shortage, withheld := pl.shortageNote(ctx, state, pod, statuses), pl.withheldSummary(ctx, state, pod, statuses)
+		if withheld != "" && shortage == nodeprune.TogetherNote {
+			// Counting takes withheld devices for free: they, not the
+			// claims together, stood in the way.
+			shortage = ""
+		}
+		for _, note := range []string{shortage, withheld} {
 			if note != "" {
 				status = fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
 			}
@@ -44,12 +51,12 @@ func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v
 
 // shortageNote names the first request that no node the pod may run on
 // has enough free devices for, with the counts (nodeprune.FindShortage),
-// from what the cycle's allocator was built from; "" when every request
-// has such a node (the claims fail together, or the pod fails for
-// something else). It is counted once per pod every
-// nodeprune.ShortageTTL at most, so that a pod refused at every retry on
-// a full cluster pays for the count once in a while.
-func (pl *DRAScope) shortageNote(ctx context.Context, state fwk.CycleState, pod *v1.Pod) string {
+// or, when no request is short by count, says that the claims failed
+// together, but only if every node the pod may run on was refused for its
+// claims: a pod refused elsewhere for CPU is not told about its devices.
+// It is computed once per pod for nodeprune.ShortageTTL
+// (nodeprune.Shortages).
+func (pl *DRAScope) shortageNote(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) string {
 	s, ok := fromCycle[*shortageState](state, shortageKey)
 	if !ok || pl.handle == nil {
 		return ""
@@ -66,8 +73,33 @@ func (pl *DRAScope) shortageNote(ctx context.Context, state fwk.CycleState, pod 
 				allowed = append(allowed, node)
 			}
 		}
-		return nodeprune.FindShortage(ctx, s.claims, pl.deviceClass, s.view, allowed)
+		shortage, ok := nodeprune.FindShortage(ctx, s.claims, pl.deviceClass, s.view, allowed)
+		if ok && shortage.Together && !refusedForClaimsOnly(statuses, allowed) {
+			return nodeprune.Shortage{}, false
+		}
+		return shortage, ok
 	})
+}
+
+// refusedForClaimsOnly reports whether every node was refused because the
+// pod's claims cannot be allocated there: by Filter ("cannot allocate all
+// claims"), by pruning, or left out by this plugin's PreFilter alone. A
+// node refused by another plugin first (the framework stops at the first
+// refusal) does not count.
+func refusedForClaimsOnly(statuses fwk.NodeToStatusReader, nodes []*v1.Node) bool {
+	if statuses == nil || len(nodes) == 0 {
+		return false
+	}
+	leftOut := fmt.Sprintf("node(s) didn't satisfy plugin(s) %v", []string{Name})
+	for _, node := range nodes {
+		status := statuses.Get(node.Name)
+		if status == nil || !slices.ContainsFunc(status.Reasons(), func(reason string) bool {
+			return strings.HasPrefix(reason, cannotAllocate) || reason == leftOut
+		}) {
+			return false
+		}
+	}
+	return true
 }
 
 func (pl *DRAScope) postFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {

@@ -154,3 +154,45 @@ func holdersOf(byNode map[string][]*v1.Pod) *claimholders.Holders {
 	}
 	return holders
 }
+
+// The note that the claims failed together is said only where every node
+// the pod may run on was refused for its claims: by Filter, by pruning, or
+// left out by this plugin's PreFilter alone.
+func TestRefusedForClaimsOnly(t *testing.T) {
+	nodes := []*v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, {ObjectMeta: metav1.ObjectMeta{Name: "b"}}}
+	for name, tc := range map[string]struct {
+		a, absent *fwk.Status
+		want      bool
+	}{
+		"Filter on a, left out by this plugin on b": {
+			a:      fwk.NewStatus(fwk.UnschedulableAndUnresolvable, cannotAllocate),
+			absent: fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy plugin(s) ["+Name+"]"),
+			want:   true,
+		},
+		"pruning refused every node": {
+			absent: fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noFreeDevice),
+			want:   true,
+		},
+		"a refused for CPU": {
+			a:      fwk.NewStatus(fwk.Unschedulable, "Insufficient cpu"),
+			absent: fwk.NewStatus(fwk.UnschedulableAndUnresolvable, cannotAllocate),
+		},
+		"b left out by another plugin too": {
+			a:      fwk.NewStatus(fwk.UnschedulableAndUnresolvable, cannotAllocate),
+			absent: fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy plugin(s) ["+Name+" NodeAffinity]"),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			statuses := framework.NewDefaultNodeToStatus()
+			if tc.absent != nil {
+				statuses.SetAbsentNodesStatus(tc.absent)
+			}
+			if tc.a != nil {
+				statuses.Set("a", tc.a)
+			}
+			if got := refusedForClaimsOnly(statuses, nodes); got != tc.want {
+				t.Errorf("refusedForClaimsOnly = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
