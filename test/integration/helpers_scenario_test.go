@@ -114,8 +114,22 @@ func sliceName(node string) string { return node + "-" + strings.ReplaceAll(driv
 // driver gpu.example.com in a pool named after the node.
 func (s *scenario) addNode(suffix string, gpus int) string {
 	s.t.Helper()
+	name := s.addLabelledNode(suffix, nil)
+	if gpus > 0 {
+		s.addSlice(sliceName(name), resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1}, &name, gpuNames(0, gpus)...)
+	}
+	return name
+}
+
+// addLabelledNode creates a Ready node with the labels (and its hostname
+// label), named after the scenario and the suffix.
+func (s *scenario) addLabelledNode(suffix string, labels map[string]string) string {
+	s.t.Helper()
 	name := s.namespace + "-" + suffix
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
+	for k, v := range labels {
+		node.Labels[k] = v
+	}
 	node, err := env.client.CoreV1().Nodes().Create(s.ctx, node, metav1.CreateOptions{})
 	if err != nil {
 		s.t.Fatalf("creating node %s: %v", name, err)
@@ -134,10 +148,6 @@ func (s *scenario) addNode(suffix string, gpus int) string {
 	if _, err := env.client.CoreV1().Nodes().UpdateStatus(s.ctx, node, metav1.UpdateOptions{}); err != nil {
 		s.t.Fatalf("setting status of node %s: %v", name, err)
 	}
-	if gpus == 0 {
-		return name
-	}
-	s.addSlice(sliceName(name), resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1}, &name, gpuNames(0, gpus)...)
 	return name
 }
 
