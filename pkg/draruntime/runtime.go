@@ -93,6 +93,8 @@ type Runtime struct {
 	// holds keep released allocations in use for every profile: the
 	// in-flight allocations they protect are scheduler-wide.
 	holds *releasehold.Holds
+	// quotas are the DeviceQuotas enforced; nil when none are.
+	quotas *deviceQuotas
 	// publisher writes ResourcePools; nil when publishing is off.
 	publisher *poolpublisher.Publisher
 	// synced reports whether the side cache has every slice and claim
@@ -271,6 +273,9 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 	if err := r.startHealth(ctx, h, args); err != nil {
 		return err
 	}
+	if err := r.startQuotas(ctx, h, drascopeAPIConfig(h, "devicequotas")); err != nil {
+		return err
+	}
 	r.startConflictChecks(ctx, h)
 	publisher, err := r.startPublisher(ctx, h, args)
 	if err != nil {
@@ -428,20 +433,26 @@ func (r *Runtime) startConflictChecks(ctx context.Context, h Handle) {
 // under delayCacheUntilActive has no informers) never does. kube-scheduler
 // exits when it stops leading, so there is one term per process. It returns
 // the publisher, nil when publishing is off.
-func (r *Runtime) startPublisher(ctx context.Context, h Handle, args *config.DRAScopeArgs) (*poolpublisher.Publisher, error) {
-	logger := klog.FromContext(ctx)
+// drascopeAPIConfig is the client config for drascope.dev's resources,
+// named by what uses it.
+func drascopeAPIConfig(h Handle, userAgent string) *restclient.Config {
 	// The scheduler's client config asks for protobuf, which a custom
 	// resource does not speak.
-	poolConfig := restclient.AddUserAgent(restclient.CopyConfig(h.KubeConfig()), "resourcepools")
-	poolConfig.ContentType, poolConfig.AcceptContentTypes = "application/json", "application/json"
+	config := restclient.AddUserAgent(restclient.CopyConfig(h.KubeConfig()), userAgent)
+	config.ContentType, config.AcceptContentTypes = "application/json", "application/json"
 	// One budget for the scheduling path: the ResourcePool writes take
 	// their tokens from the scheduler client's limiter
 	// (clientConnection.qps and burst, or --kube-api-qps and
 	// --kube-api-burst), which binding, claim status, taints and hold
 	// checks already share. A client of its own would let the process send
 	// twice the configured rate.
-	poolConfig.RateLimiter = sharedRateLimiter(h.ClientSet(), poolConfig.RateLimiter)
-	poolClient, err := versioned.NewForConfig(poolConfig)
+	config.RateLimiter = sharedRateLimiter(h.ClientSet(), config.RateLimiter)
+	return config
+}
+
+func (r *Runtime) startPublisher(ctx context.Context, h Handle, args *config.DRAScopeArgs) (*poolpublisher.Publisher, error) {
+	logger := klog.FromContext(ctx)
+	poolClient, err := versioned.NewForConfig(drascopeAPIConfig(h, "resourcepools"))
 	if err != nil {
 		return nil, fmt.Errorf("ResourcePool client: %w", err)
 	}

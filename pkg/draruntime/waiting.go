@@ -108,10 +108,16 @@ func (w *waitingPods) add(pod *v1.Pod) {
 // deleted or scheduled meanwhile are ignored by the scheduling queue,
 // which every profile shares.
 func (w *waitingPods) activate(logger klog.Logger, why string) {
+	w.activateWhere(logger, why, nil)
+}
+
+// activateWhere is activate for the waiting pods that of selects (nil:
+// every one).
+func (w *waitingPods) activateWhere(logger klog.Logger, why string, of func(*v1.Pod) bool) {
 	w.mu.Lock()
 	var added []types.UID
 	for uid, waiting := range w.pods {
-		if !waiting.due {
+		if !waiting.due && (of == nil || of(waiting.pod)) {
 			waiting.due = true
 			w.pods[uid] = waiting
 			added = append(added, uid)

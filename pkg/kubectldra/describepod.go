@@ -28,7 +28,7 @@ import (
 	"k8s.io/kubectl/pkg/describe"
 	"sigs.k8s.io/yaml"
 
-	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/apis/drascope/v1alpha1"
 	"github.com/drascope/drascope/pkg/adminaccess"
 	"github.com/drascope/drascope/pkg/deviceclass"
 	"github.com/drascope/drascope/pkg/drausage"

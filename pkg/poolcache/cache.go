@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -85,7 +86,12 @@ type Cache struct {
 	// claimPools: pools the effective claim names; claimsByPool: the reverse.
 	claimPools   map[types.UID][]drausage.PoolID
 	claimsByPool map[drausage.PoolID]sets.Set[types.UID]
-	taintRules   map[string]*resourceapi.DeviceTaintRule
+	// allocatedIn indexes the claims whose effective version holds an
+	// allocation by namespace (device quotas count them), and
+	// claimNamespace is each such claim's.
+	allocatedIn    map[string]sets.Set[types.UID]
+	claimNamespace map[types.UID]string
+	taintRules     map[string]*resourceapi.DeviceTaintRule
 	// confirmed holds, per pool and conflict key, the claims the API
 	// showed taking part; a key is dropped once the conflict is no longer
 	// suspected.
@@ -102,21 +108,23 @@ type Cache struct {
 // New returns an empty cache; Run computes snapshots.
 func New(opts Options) *Cache {
 	c := &Cache{
-		opts:         opts,
-		clock:        opts.Clock,
-		wake:         make(chan struct{}, 1),
-		slices:       map[drausage.PoolID]map[string]*resourceapi.ResourceSlice{},
-		slicePool:    map[string]drausage.PoolID{},
-		informer:     map[types.UID]*resourceapi.ResourceClaim{},
-		pending:      map[types.UID]*resourceapi.ResourceClaim{},
-		assumed:      map[types.UID]*resourceapi.ResourceClaim{},
-		claimPools:   map[types.UID][]drausage.PoolID{},
-		claimsByPool: map[drausage.PoolID]sets.Set[types.UID]{},
-		taintRules:   map[string]*resourceapi.DeviceTaintRule{},
-		confirmed:    map[drausage.PoolID]map[string]sets.Set[types.UID]{},
-		dirty:        map[drausage.PoolID]time.Time{},
-		snapshots:    map[drausage.PoolID]*Snapshot{},
-		onNode:       map[string]sets.Set[drausage.PoolID]{},
+		opts:           opts,
+		clock:          opts.Clock,
+		wake:           make(chan struct{}, 1),
+		slices:         map[drausage.PoolID]map[string]*resourceapi.ResourceSlice{},
+		slicePool:      map[string]drausage.PoolID{},
+		informer:       map[types.UID]*resourceapi.ResourceClaim{},
+		pending:        map[types.UID]*resourceapi.ResourceClaim{},
+		assumed:        map[types.UID]*resourceapi.ResourceClaim{},
+		claimPools:     map[types.UID][]drausage.PoolID{},
+		claimsByPool:   map[drausage.PoolID]sets.Set[types.UID]{},
+		allocatedIn:    map[string]sets.Set[types.UID]{},
+		claimNamespace: map[types.UID]string{},
+		taintRules:     map[string]*resourceapi.DeviceTaintRule{},
+		confirmed:      map[drausage.PoolID]map[string]sets.Set[types.UID]{},
+		dirty:          map[drausage.PoolID]time.Time{},
+		snapshots:      map[drausage.PoolID]*Snapshot{},
+		onNode:         map[string]sets.Set[drausage.PoolID]{},
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
@@ -421,7 +429,9 @@ func (c *Cache) refreshClaimLocked(uid types.UID) {
 		}
 		c.markLocked(id)
 	}
-	pools := drausage.PoolsOf(c.effectiveLocked(uid))
+	claim := c.effectiveLocked(uid)
+	c.indexNamespaceLocked(uid, claim)
+	pools := drausage.PoolsOf(claim)
 	if len(pools) == 0 {
 		delete(c.claimPools, uid)
 		return
@@ -434,6 +444,60 @@ func (c *Cache) refreshClaimLocked(uid types.UID) {
 		c.claimsByPool[id].Insert(uid)
 		c.markLocked(id)
 	}
+}
+
+// indexNamespaceLocked files the claim under its namespace while its
+// effective version holds an allocation.
+func (c *Cache) indexNamespaceLocked(uid types.UID, claim *resourceapi.ResourceClaim) {
+	if namespace, ok := c.claimNamespace[uid]; ok {
+		c.allocatedIn[namespace].Delete(uid)
+		if c.allocatedIn[namespace].Len() == 0 {
+			delete(c.allocatedIn, namespace)
+		}
+		delete(c.claimNamespace, uid)
+	}
+	if claim == nil || claim.Status.Allocation == nil {
+		return
+	}
+	if c.allocatedIn[claim.Namespace] == nil {
+		c.allocatedIn[claim.Namespace] = sets.New[types.UID]()
+	}
+	c.allocatedIn[claim.Namespace].Insert(uid)
+	c.claimNamespace[uid] = claim.Namespace
+}
+
+// AllocatedIn returns the claims of the namespace that hold an
+// allocation, as the scheduler sees them: written, or in flight (reserved
+// and not yet written, or written and not yet seen by the informer).
+func (c *Cache) AllocatedIn(namespace string) []*resourceapi.ResourceClaim {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	uids := c.allocatedIn[namespace]
+	out := make([]*resourceapi.ResourceClaim, 0, uids.Len())
+	for uid := range uids {
+		out = append(out, c.effectiveLocked(uid))
+	}
+	return out
+}
+
+// Device returns the device as its pool's newest slices publish it, nil
+// when the cache knows no such device.
+func (c *Cache) Device(id structured.DeviceID) *resourceapi.Device {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var found *resourceapi.Device
+	generation := int64(-1)
+	for _, slice := range c.slices[drausage.PoolID{Driver: id.Driver.String(), Pool: id.Pool.String()}] {
+		if slice.Spec.Pool.Generation < generation {
+			continue
+		}
+		for i := range slice.Spec.Devices {
+			if slice.Spec.Devices[i].Name == id.Device.String() {
+				found, generation = &slice.Spec.Devices[i], slice.Spec.Pool.Generation
+			}
+		}
+	}
+	return found
 }
 
 func (c *Cache) effectiveLocked(uid types.UID) *resourceapi.ResourceClaim {
@@ -618,17 +682,19 @@ func (c *Cache) Sizes() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return map[string]int{
-		"poolcache_pools":       len(c.slices),
-		"poolcache_slices":      len(c.slicePool),
-		"poolcache_claims":      len(c.informer),
-		"poolcache_pending":     len(c.pending),
-		"poolcache_assumed":     len(c.assumed),
-		"poolcache_claim_pools": len(c.claimPools),
-		"poolcache_pool_claims": len(c.claimsByPool),
-		"poolcache_taint_rules": len(c.taintRules),
-		"poolcache_confirmed":   len(c.confirmed),
-		"poolcache_dirty":       len(c.dirty),
-		"poolcache_snapshots":   len(c.snapshots),
-		"poolcache_nodes":       len(c.onNode),
+		"poolcache_pools":            len(c.slices),
+		"poolcache_slices":           len(c.slicePool),
+		"poolcache_claims":           len(c.informer),
+		"poolcache_pending":          len(c.pending),
+		"poolcache_assumed":          len(c.assumed),
+		"poolcache_claim_pools":      len(c.claimPools),
+		"poolcache_pool_claims":      len(c.claimsByPool),
+		"poolcache_namespaces":       len(c.allocatedIn),
+		"poolcache_claim_namespaces": len(c.claimNamespace),
+		"poolcache_taint_rules":      len(c.taintRules),
+		"poolcache_confirmed":        len(c.confirmed),
+		"poolcache_dirty":            len(c.dirty),
+		"poolcache_snapshots":        len(c.snapshots),
+		"poolcache_nodes":            len(c.onNode),
 	}
 }

@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
 	"github.com/drascope/drascope/pkg/drausage"
@@ -332,5 +333,60 @@ func TestOnNode(t *testing.T) {
 	c.Sync()
 	if got := onNode("node-2"); len(got) != 0 {
 		t.Errorf("OnNode(node-2) = %v after the pool's slice was deleted", got)
+	}
+}
+
+// The claims a namespace holds allocations with, as the scheduler sees
+// them, follow every step of an allocation's life: in flight, written,
+// deallocated, deleted.
+func TestAllocatedIn(t *testing.T) {
+	c := New(Options{})
+	names := func() []string {
+		var out []string
+		for _, claim := range c.AllocatedIn("ns") {
+			out = append(out, claim.Name+"@"+claim.ResourceVersion)
+		}
+		slices.Sort(out)
+		return out
+	}
+	c.SetClaim(claim("x", "10"))
+	c.SetClaim(claim("y", "10", pool("node-a")))
+	if got := names(); !gocmp.Equal(got, []string{"y@10"}) {
+		t.Errorf("allocated %v, want y only", got)
+	}
+	c.PendingAllocation(claim("x", "10", pool("node-a")))
+	if got := names(); !gocmp.Equal(got, []string{"x@10", "y@10"}) {
+		t.Errorf("with x in flight: %v, want x and y", got)
+	}
+	c.Assumed(claim("x", "11", pool("node-a")))
+	c.PendingAllocationRemoved("x")
+	if got := names(); !gocmp.Equal(got, []string{"x@11", "y@10"}) {
+		t.Errorf("with x written: %v, want x's written version and y", got)
+	}
+	c.SetClaim(claim("y", "11"))
+	c.DeleteClaim(claim("x", "11"))
+	if got := names(); len(got) != 0 {
+		t.Errorf("after deallocation and deletion: %v, want none", got)
+	}
+	if got := c.AllocatedIn("other"); len(got) != 0 {
+		t.Errorf("another namespace: %v", got)
+	}
+	if sizes := c.Sizes(); sizes["poolcache_namespaces"] != 0 || sizes["poolcache_claim_namespaces"] != 0 {
+		t.Errorf("sizes %v: the namespace index kept entries", sizes)
+	}
+}
+
+func TestDevice(t *testing.T) {
+	c := New(Options{})
+	c.SetSlice(slice("a", "node-a", "gpu-0", "gpu-1"))
+	newer := slice("a2", "node-a", "gpu-1")
+	newer.Spec.Pool.Generation = 2
+	newer.Spec.Devices[0].ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: "s"}}
+	c.SetSlice(newer)
+	if d := c.Device(structured.MakeDeviceID(driver, "node-a", "gpu-1")); d == nil || len(d.ConsumesCounters) != 1 {
+		t.Errorf("gpu-1: %+v, want the newest generation's", d)
+	}
+	if d := c.Device(structured.MakeDeviceID(driver, "node-a", "gpu-9")); d != nil {
+		t.Errorf("an unknown device: %+v", d)
 	}
 }

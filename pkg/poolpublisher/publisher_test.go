@@ -15,7 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 
-	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/apis/drascope/v1alpha1"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned/fake"
 	"github.com/drascope/drascope/pkg/poolcache"
 )

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/apis/drascope/v1alpha1"
 	"github.com/drascope/drascope/manifests"
 	"github.com/drascope/drascope/pkg/drausage"
 )

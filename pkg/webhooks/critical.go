@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
-	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/apis/drascope/v1alpha1"
 )
 
 // The names drascope-scheduler writes under as manifests/scheduler deploys
@@ -69,6 +69,8 @@ var schedulerWrites = []schedulerWrite{
 		rule: ExclusionRule{APIGroups: []string{"", "events.k8s.io"}, APIVersions: []string{"v1"}, Operations: ops(create, update), Resources: []string{"events"}}},
 	{why: "ResourcePool objects and their status (pool availability); pools that are gone are deleted.",
 		rule: ExclusionRule{APIGroups: []string{v1alpha1.GroupName}, APIVersions: []string{"*"}, Resources: []string{"resourcepools", "resourcepools/status"}}},
+	{why: "DeviceQuotas' status: what each namespace's allocations use (docs/quota.md).",
+		rule: ExclusionRule{APIGroups: []string{v1alpha1.GroupName}, APIVersions: []string{"*"}, Operations: ops(update), Resources: []string{"devicequotas/status"}}},
 	{why: "Serving /metrics: delegated authentication of each caller's token.",
 		rule: ExclusionRule{APIGroups: []string{"authentication.k8s.io"}, APIVersions: []string{"v1"}, Operations: ops(create), Resources: []string{"tokenreviews"}}},
 	{why: "Serving /metrics: delegated authorization of each caller.",

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	"github.com/drascope/drascope/apis/drascope/v1alpha1"
 	"github.com/drascope/drascope/internal/localcluster"
 	drahealth "github.com/drascope/drascope/pkg/health"
 )

@@ -129,6 +129,8 @@ func setUp(ctx context.Context) error {
 	for _, file := range []string{
 		filepath.Join(crdsDir, "resourcepools.drascope.dev.yaml"),
 		filepath.Join(crdsDir, "resourcepool-reader.yaml"),
+		filepath.Join(crdsDir, "devicequotas.drascope.dev.yaml"),
+		filepath.Join(crdsDir, "devicequota-reader.yaml"),
 		filepath.Join(manifestsDir, "serviceaccount.yaml"),
 		filepath.Join(manifestsDir, "rbac.yaml"),
 		filepath.Join(manifestsDir, "device-taint-rule-policy.yaml"),

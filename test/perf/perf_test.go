@@ -38,7 +38,7 @@ import (
 	"github.com/drascope/drascope/manifests"
 	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
-	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
+	typedv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/drascope/v1alpha1"
 	"github.com/drascope/drascope/pkg/metrics"
 	"github.com/drascope/drascope/pkg/nodeprune"
 	"github.com/drascope/drascope/pkg/plugins/drascope"

@@ -30,6 +30,7 @@ import (
 //	shortageKey       PreFilter              PostFilter                           the cycle: what the allocator was built from
 //	scoringKey        PreScore               NormalizeScore                       the cycle
 //	signalledKey      Reserve                PreBind                              until PreBind
+//	quotaRefusedKey   Reserve                Unreserve                            the cycle: a DeviceQuota refused the pod
 //	gangAttemptKey    PreFilter (members)    PodGroupPostFilter                   one pod-group cycle (its own state)
 //
 // Clones: preemption evaluates nodes on clones of the cycle state. Only
@@ -45,6 +46,7 @@ const (
 	shortageKey     fwk.StateKey = Name + "/shortage"
 	scoringKey      fwk.StateKey = Name + "/scoring"
 	signalledKey    fwk.StateKey = Name + "/signalled"
+	quotaRefusedKey fwk.StateKey = Name + "/quota-refused"
 	gangAttemptKey  fwk.StateKey = Name + "/gang-attempt"
 )
 
@@ -62,6 +64,13 @@ func (s withheldState) Clone() fwk.StateData { return s }
 type refusedEarlyData struct{}
 
 func (refusedEarlyData) Clone() fwk.StateData { return refusedEarlyData{} }
+
+// quotaRefusedData marks a cycle whose pod a DeviceQuota refused in
+// Reserve: its Unreserve gives up allocations, but must not retry the pods
+// waiting for the namespace's quota, the pod itself among them.
+type quotaRefusedData struct{}
+
+func (quotaRefusedData) Clone() fwk.StateData { return quotaRefusedData{} }
 
 // mixedAdminData marks a pod that needs admin-access and ordinary requests
 // allocated together: Filter's refusals say that upstream charged its

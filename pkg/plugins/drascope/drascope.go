@@ -87,6 +87,8 @@ type DRAScope struct {
 		RetryWhenDevicesFree(*v1.Pod)
 		ForgetWaitingPod(*v1.Pod)
 	}
+	// quotas are the DeviceQuotas Reserve enforces (quota.go).
+	quotas quotaRuntime
 
 	// allocating is what DRAScope's own allocator runs need besides
 	// devices (preemption's dry runs, gang planning); its RunTimeout,

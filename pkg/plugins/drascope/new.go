@@ -91,7 +91,7 @@ func (pl *DRAScope) joinRuntime(ctx context.Context, fh fwk.Handle, rt *drarunti
 	if err := rt.Join(ctx, fh, args); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	pl.pools, pl.waiting = rt.Pools(), rt
+	pl.pools, pl.waiting, pl.quotas = rt.Pools(), rt, rt
 	var withheld dramanager.Withheld
 	if rt.Withholds() {
 		pl.health = rt.Health()

@@ -50,6 +50,13 @@ func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.P
 	if uses.Len() > 0 {
 		state.Write(signalledKey, signalled{uids: uses.UnsortedList()})
 	}
+	if status.IsSuccess() {
+		if refusal := pl.quotaExceeded(ctx, pod, after.Difference(before)); refusal != nil {
+			// The framework's Unreserve gives the allocations up.
+			state.Write(quotaRefusedKey, quotaRefusedData{})
+			return refusal
+		}
+	}
 	if status.IsSuccess() && gangpreempt.From(ctx) != nil {
 		whatIfIn(state).Chose(pl.claims.GetPendingAllocation, pl.allocating.Features.ConsumableCapacity)
 	}
@@ -86,12 +93,19 @@ func (pl *DRAScope) filterChosenIfMemoized(ctx context.Context, state fwk.CycleS
 }
 
 // Unreserve runs upstream's, and forgets the pod as a holder Reserve
-// recorded: it is not bound.
+// recorded: it is not bound. Allocations it gave up free their
+// namespace's quota without an API event, so the pods a DeviceQuota
+// refused there are retried, unless the quota refused this very pod.
 func (pl *DRAScope) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	pl.DynamicResources.Unreserve(ctx, state, pod, nodeName)
 	pl.holders.Unreserve(pod.UID)
 	if pl.waiting != nil {
 		// It retries with upstream's backoff, not when a hold ends.
 		pl.waiting.ForgetWaitingPod(pod)
+	}
+	_, noneSignalled := state.Read(signalledKey)
+	_, notRefused := state.Read(quotaRefusedKey)
+	if pl.quotas != nil && noneSignalled == nil && notRefused != nil {
+		pl.quotas.RetryQuotaWaiters(klog.FromContext(ctx), pod.Namespace)
 	}
 }

@@ -25,8 +25,8 @@ import (
 	time "time"
 
 	versioned "github.com/drascope/drascope/pkg/generated/clientset/versioned"
+	drascope "github.com/drascope/drascope/pkg/generated/informers/externalversions/drascope"
 	internalinterfaces "github.com/drascope/drascope/pkg/generated/informers/externalversions/internalinterfaces"
-	resourcepool "github.com/drascope/drascope/pkg/generated/informers/externalversions/resourcepool"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -325,9 +325,9 @@ type SharedInformerFactory interface {
 	// client.
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
-	Drascope() resourcepool.Interface
+	Drascope() drascope.Interface
 }
 
-func (f *sharedInformerFactory) Drascope() resourcepool.Interface {
-	return resourcepool.New(f, f.namespace, f.tweakListOptions)
+func (f *sharedInformerFactory) Drascope() drascope.Interface {
+	return drascope.New(f, f.namespace, f.tweakListOptions)
 }

@@ -21,7 +21,7 @@ package externalversions
 import (
 	fmt "fmt"
 
-	v1alpha1 "github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	v1alpha1 "github.com/drascope/drascope/apis/drascope/v1alpha1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
 )
@@ -53,6 +53,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=drascope.dev, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("devicequotas"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Drascope().V1alpha1().DeviceQuotas().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("resourcepools"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Drascope().V1alpha1().ResourcePools().Informer()}, nil
 

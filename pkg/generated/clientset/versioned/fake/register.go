@@ -19,7 +19,7 @@ limitations under the License.
 package fake
 
 import (
-	drascopev1alpha1 "github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	drascopev1alpha1 "github.com/drascope/drascope/apis/drascope/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"

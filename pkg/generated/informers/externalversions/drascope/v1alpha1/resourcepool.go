@@ -22,10 +22,10 @@ import (
 	context "context"
 	time "time"
 
-	apisresourcepoolv1alpha1 "github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	apisdrascopev1alpha1 "github.com/drascope/drascope/apis/drascope/v1alpha1"
 	versioned "github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	internalinterfaces "github.com/drascope/drascope/pkg/generated/informers/externalversions/internalinterfaces"
-	resourcepoolv1alpha1 "github.com/drascope/drascope/pkg/generated/listers/resourcepool/v1alpha1"
+	drascopev1alpha1 "github.com/drascope/drascope/pkg/generated/listers/drascope/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -37,7 +37,7 @@ import (
 // ResourcePools. Prefer using the type-safe variant (see [TypedResourcePoolInformer]).
 type ResourcePoolInformer interface {
 	Informer() cache.SharedIndexInformer
-	Lister() resourcepoolv1alpha1.ResourcePoolLister
+	Lister() drascopev1alpha1.ResourcePoolLister
 }
 
 // TypedResourcePoolInformer provides access to a shared informer and lister for
@@ -46,27 +46,27 @@ type ResourcePoolInformer interface {
 type TypedResourcePoolInformer interface {
 	Informer() cache.SharedIndexInformer
 	TypedInformer() ResourcePoolIndexInformer
-	Lister() resourcepoolv1alpha1.ResourcePoolLister
+	Lister() drascopev1alpha1.ResourcePoolLister
 }
 
 // ResourcePoolIndexInformer is a wrapper around the underlying [cache.SharedIndexInformer]
 // with type-safe variants of several methods.
-type ResourcePoolIndexInformer cache.TypedSharedIndexInformer[*apisresourcepoolv1alpha1.ResourcePool]
+type ResourcePoolIndexInformer cache.TypedSharedIndexInformer[*apisdrascopev1alpha1.ResourcePool]
 
 // ResourcePoolHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerFuncs] for ResourcePool.
-type ResourcePoolHandlerFuncs = cache.TypedResourceEventHandlerFuncs[*apisresourcepoolv1alpha1.ResourcePool]
+type ResourcePoolHandlerFuncs = cache.TypedResourceEventHandlerFuncs[*apisdrascopev1alpha1.ResourcePool]
 
 // ResourcePoolDetailedHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerDetailedFuncs] for ResourcePool.
-type ResourcePoolDetailedHandlerFuncs = cache.TypedResourceEventHandlerDetailedFuncs[*apisresourcepoolv1alpha1.ResourcePool]
+type ResourcePoolDetailedHandlerFuncs = cache.TypedResourceEventHandlerDetailedFuncs[*apisdrascopev1alpha1.ResourcePool]
 
 // ResourcePoolFilteringHandler is a specialization of [cache.TypedFilteringResourceEventHandler] for ResourcePool.
-type ResourcePoolFilteringHandler = cache.TypedFilteringResourceEventHandler[*apisresourcepoolv1alpha1.ResourcePool]
+type ResourcePoolFilteringHandler = cache.TypedFilteringResourceEventHandler[*apisdrascopev1alpha1.ResourcePool]
 
 // ResourcePoolIndexers is a specialization of [cache.TypedIndexers] for ResourcePool.
-type ResourcePoolIndexers = cache.TypedIndexers[*apisresourcepoolv1alpha1.ResourcePool]
+type ResourcePoolIndexers = cache.TypedIndexers[*apisdrascopev1alpha1.ResourcePool]
 
 // DeletedResourcePool is a specialization of [cache.DeletedObject] for ResourcePool.
-type DeletedResourcePool = cache.DeletedObject[*apisresourcepoolv1alpha1.ResourcePool]
+type DeletedResourcePool = cache.DeletedObject[*apisdrascopev1alpha1.ResourcePool]
 
 type resourcePoolInformer struct {
 	factory          internalinterfaces.SharedInformerFactory
@@ -118,7 +118,7 @@ func NewTypedResourcePoolInformerWithOptions(client versioned.Interface, options
 	gvr := schema.GroupVersionResource{Group: "drascope.dev", Version: "v1alpha1", Resource: "resourcepools"}
 	identifier := options.InformerName.WithResource(gvr)
 	tweakListOptions := options.TweakListOptions
-	return cache.NewTypedSharedIndexInformer[*apisresourcepoolv1alpha1.ResourcePool](cache.NewSharedIndexInformerWithOptions(
+	return cache.NewTypedSharedIndexInformer[*apisdrascopev1alpha1.ResourcePool](cache.NewSharedIndexInformerWithOptions(
 		cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 			ListFunc: func(opts v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
@@ -145,7 +145,7 @@ func NewTypedResourcePoolInformerWithOptions(client versioned.Interface, options
 				return client.DrascopeV1alpha1().ResourcePools().Watch(ctx, opts)
 			},
 		}, client),
-		&apisresourcepoolv1alpha1.ResourcePool{},
+		&apisdrascopev1alpha1.ResourcePool{},
 		cache.SharedIndexInformerOptions{
 			ResyncPeriod: options.ResyncPeriod,
 			Indexers:     options.Indexers,
@@ -163,11 +163,11 @@ func (f *resourcePoolInformer) Informer() cache.SharedIndexInformer {
 }
 
 func (f *resourcePoolInformer) TypedInformer() ResourcePoolIndexInformer {
-	return cache.NewTypedSharedIndexInformer[*apisresourcepoolv1alpha1.ResourcePool](f.factory.InformerFor(&apisresourcepoolv1alpha1.ResourcePool{}, f.defaultInformer))
+	return cache.NewTypedSharedIndexInformer[*apisdrascopev1alpha1.ResourcePool](f.factory.InformerFor(&apisdrascopev1alpha1.ResourcePool{}, f.defaultInformer))
 }
 
-func (f *resourcePoolInformer) Lister() resourcepoolv1alpha1.ResourcePoolLister {
-	return resourcepoolv1alpha1.NewResourcePoolLister(f.Informer().GetIndexer())
+func (f *resourcePoolInformer) Lister() drascopev1alpha1.ResourcePoolLister {
+	return drascopev1alpha1.NewResourcePoolLister(f.Informer().GetIndexer())
 }
 
 // ToTypedResourcePoolInformer converts an untyped informer into a TypedResourcePoolInformer.
@@ -189,7 +189,7 @@ type resourcePoolTypedInformerAdapter struct {
 }
 
 func (a *resourcePoolTypedInformerAdapter) TypedInformer() ResourcePoolIndexInformer {
-	return cache.NewTypedSharedIndexInformer[*apisresourcepoolv1alpha1.ResourcePool](a.Informer())
+	return cache.NewTypedSharedIndexInformer[*apisdrascopev1alpha1.ResourcePool](a.Informer())
 }
 
 // ToResourcePoolIndexInformer converts an untyped informer into a ResourcePoolIndexInformer.
@@ -203,5 +203,5 @@ func ToResourcePoolIndexInformer(informer cache.SharedIndexInformer) ResourcePoo
 	if informer, ok := informer.(ResourcePoolIndexInformer); ok {
 		return informer
 	}
-	return cache.NewTypedSharedIndexInformer[*apisresourcepoolv1alpha1.ResourcePool](informer)
+	return cache.NewTypedSharedIndexInformer[*apisdrascopev1alpha1.ResourcePool](informer)
 }

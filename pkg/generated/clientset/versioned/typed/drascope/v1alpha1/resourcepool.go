@@ -21,7 +21,7 @@ package v1alpha1
 import (
 	context "context"
 
-	resourcepoolv1alpha1 "github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	drascopev1alpha1 "github.com/drascope/drascope/apis/drascope/v1alpha1"
 	scheme "github.com/drascope/drascope/pkg/generated/clientset/versioned/scheme"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types "k8s.io/apimachinery/pkg/types"
@@ -37,34 +37,34 @@ type ResourcePoolsGetter interface {
 
 // ResourcePoolInterface has methods to work with ResourcePool resources.
 type ResourcePoolInterface interface {
-	Create(ctx context.Context, resourcePool *resourcepoolv1alpha1.ResourcePool, opts v1.CreateOptions) (*resourcepoolv1alpha1.ResourcePool, error)
-	Update(ctx context.Context, resourcePool *resourcepoolv1alpha1.ResourcePool, opts v1.UpdateOptions) (*resourcepoolv1alpha1.ResourcePool, error)
+	Create(ctx context.Context, resourcePool *drascopev1alpha1.ResourcePool, opts v1.CreateOptions) (*drascopev1alpha1.ResourcePool, error)
+	Update(ctx context.Context, resourcePool *drascopev1alpha1.ResourcePool, opts v1.UpdateOptions) (*drascopev1alpha1.ResourcePool, error)
 	// Add a +genclient:noStatus comment above the type to avoid generating UpdateStatus().
-	UpdateStatus(ctx context.Context, resourcePool *resourcepoolv1alpha1.ResourcePool, opts v1.UpdateOptions) (*resourcepoolv1alpha1.ResourcePool, error)
+	UpdateStatus(ctx context.Context, resourcePool *drascopev1alpha1.ResourcePool, opts v1.UpdateOptions) (*drascopev1alpha1.ResourcePool, error)
 	Delete(ctx context.Context, name string, opts v1.DeleteOptions) error
 	DeleteCollection(ctx context.Context, opts v1.DeleteOptions, listOpts v1.ListOptions) error
-	Get(ctx context.Context, name string, opts v1.GetOptions) (*resourcepoolv1alpha1.ResourcePool, error)
-	List(ctx context.Context, opts v1.ListOptions) (*resourcepoolv1alpha1.ResourcePoolList, error)
+	Get(ctx context.Context, name string, opts v1.GetOptions) (*drascopev1alpha1.ResourcePool, error)
+	List(ctx context.Context, opts v1.ListOptions) (*drascopev1alpha1.ResourcePoolList, error)
 	Watch(ctx context.Context, opts v1.ListOptions) (watch.Interface, error)
-	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts v1.PatchOptions, subresources ...string) (result *resourcepoolv1alpha1.ResourcePool, err error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts v1.PatchOptions, subresources ...string) (result *drascopev1alpha1.ResourcePool, err error)
 	ResourcePoolExpansion
 }
 
 // resourcePools implements ResourcePoolInterface
 type resourcePools struct {
-	*gentype.ClientWithList[*resourcepoolv1alpha1.ResourcePool, *resourcepoolv1alpha1.ResourcePoolList]
+	*gentype.ClientWithList[*drascopev1alpha1.ResourcePool, *drascopev1alpha1.ResourcePoolList]
 }
 
 // newResourcePools returns a ResourcePools
 func newResourcePools(c *DrascopeV1alpha1Client) *resourcePools {
 	return &resourcePools{
-		gentype.NewClientWithList[*resourcepoolv1alpha1.ResourcePool, *resourcepoolv1alpha1.ResourcePoolList](
+		gentype.NewClientWithList[*drascopev1alpha1.ResourcePool, *drascopev1alpha1.ResourcePoolList](
 			"resourcepools",
 			c.RESTClient(),
 			scheme.ParameterCodec,
 			"",
-			func() *resourcepoolv1alpha1.ResourcePool { return &resourcepoolv1alpha1.ResourcePool{} },
-			func() *resourcepoolv1alpha1.ResourcePoolList { return &resourcepoolv1alpha1.ResourcePoolList{} },
+			func() *drascopev1alpha1.ResourcePool { return &drascopev1alpha1.ResourcePool{} },
+			func() *drascopev1alpha1.ResourcePoolList { return &drascopev1alpha1.ResourcePoolList{} },
 		),
 	}
 }

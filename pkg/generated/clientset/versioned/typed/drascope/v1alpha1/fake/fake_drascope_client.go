@@ -19,13 +19,17 @@ limitations under the License.
 package fake
 
 import (
-	v1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
+	v1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/drascope/v1alpha1"
 	rest "k8s.io/client-go/rest"
 	testing "k8s.io/client-go/testing"
 )
 
 type FakeDrascopeV1alpha1 struct {
 	*testing.Fake
+}
+
+func (c *FakeDrascopeV1alpha1) DeviceQuotas(namespace string) v1alpha1.DeviceQuotaInterface {
+	return newFakeDeviceQuotas(c, namespace)
 }
 
 func (c *FakeDrascopeV1alpha1) ResourcePools() v1alpha1.ResourcePoolInterface {

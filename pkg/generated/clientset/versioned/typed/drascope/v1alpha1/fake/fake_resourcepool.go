@@ -19,8 +19,8 @@ limitations under the License.
 package fake
 
 import (
-	v1alpha1 "github.com/drascope/drascope/apis/resourcepool/v1alpha1"
-	resourcepoolv1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/resourcepool/v1alpha1"
+	v1alpha1 "github.com/drascope/drascope/apis/drascope/v1alpha1"
+	drascopev1alpha1 "github.com/drascope/drascope/pkg/generated/clientset/versioned/typed/drascope/v1alpha1"
 	gentype "k8s.io/client-go/gentype"
 )
 
@@ -30,7 +30,7 @@ type fakeResourcePools struct {
 	Fake *FakeDrascopeV1alpha1
 }
 
-func newFakeResourcePools(fake *FakeDrascopeV1alpha1) resourcepoolv1alpha1.ResourcePoolInterface {
+func newFakeResourcePools(fake *FakeDrascopeV1alpha1) drascopev1alpha1.ResourcePoolInterface {
 	return &fakeResourcePools{
 		gentype.NewFakeClientWithList[*v1alpha1.ResourcePool, *v1alpha1.ResourcePoolList](
 			fake.Fake,

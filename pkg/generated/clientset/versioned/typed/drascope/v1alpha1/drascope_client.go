@@ -21,19 +21,24 @@ package v1alpha1
 import (
 	http "net/http"
 
-	resourcepoolv1alpha1 "github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	drascopev1alpha1 "github.com/drascope/drascope/apis/drascope/v1alpha1"
 	scheme "github.com/drascope/drascope/pkg/generated/clientset/versioned/scheme"
 	rest "k8s.io/client-go/rest"
 )
 
 type DrascopeV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	DeviceQuotasGetter
 	ResourcePoolsGetter
 }
 
 // DrascopeV1alpha1Client is used to interact with features provided by the drascope.dev group.
 type DrascopeV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *DrascopeV1alpha1Client) DeviceQuotas(namespace string) DeviceQuotaInterface {
+	return newDeviceQuotas(c, namespace)
 }
 
 func (c *DrascopeV1alpha1Client) ResourcePools() ResourcePoolInterface {
@@ -81,7 +86,7 @@ func New(c rest.Interface) *DrascopeV1alpha1Client {
 }
 
 func setConfigDefaults(config *rest.Config) {
-	gv := resourcepoolv1alpha1.SchemeGroupVersion
+	gv := drascopev1alpha1.SchemeGroupVersion
 	config.GroupVersion = &gv
 	config.APIPath = "/apis"
 	config.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(scheme.Scheme, scheme.Codecs).WithoutConversion()

@@ -24,6 +24,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// DeviceQuotas returns a DeviceQuotaInformer.
+	DeviceQuotas() TypedDeviceQuotaInformer
 	// ResourcePools returns a ResourcePoolInformer.
 	ResourcePools() TypedResourcePoolInformer
 }
@@ -37,6 +39,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// DeviceQuotas returns a TypedDeviceQuotaInformer.
+func (v *version) DeviceQuotas() TypedDeviceQuotaInformer {
+	return &deviceQuotaInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // ResourcePools returns a TypedResourcePoolInformer.

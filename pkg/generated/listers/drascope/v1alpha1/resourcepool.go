@@ -19,7 +19,7 @@ limitations under the License.
 package v1alpha1
 
 import (
-	resourcepoolv1alpha1 "github.com/drascope/drascope/apis/resourcepool/v1alpha1"
+	drascopev1alpha1 "github.com/drascope/drascope/apis/drascope/v1alpha1"
 	labels "k8s.io/apimachinery/pkg/labels"
 	listers "k8s.io/client-go/listers"
 	cache "k8s.io/client-go/tools/cache"
@@ -30,19 +30,19 @@ import (
 type ResourcePoolLister interface {
 	// List lists all ResourcePools in the indexer.
 	// Objects returned here must be treated as read-only.
-	List(selector labels.Selector) (ret []*resourcepoolv1alpha1.ResourcePool, err error)
+	List(selector labels.Selector) (ret []*drascopev1alpha1.ResourcePool, err error)
 	// Get retrieves the ResourcePool from the index for a given name.
 	// Objects returned here must be treated as read-only.
-	Get(name string) (*resourcepoolv1alpha1.ResourcePool, error)
+	Get(name string) (*drascopev1alpha1.ResourcePool, error)
 	ResourcePoolListerExpansion
 }
 
 // resourcePoolLister implements the ResourcePoolLister interface.
 type resourcePoolLister struct {
-	listers.ResourceIndexer[*resourcepoolv1alpha1.ResourcePool]
+	listers.ResourceIndexer[*drascopev1alpha1.ResourcePool]
 }
 
 // NewResourcePoolLister returns a new ResourcePoolLister.
 func NewResourcePoolLister(indexer cache.Indexer) ResourcePoolLister {
-	return &resourcePoolLister{listers.New[*resourcepoolv1alpha1.ResourcePool](indexer, resourcepoolv1alpha1.Resource("resourcepool"))}
+	return &resourcePoolLister{listers.New[*drascopev1alpha1.ResourcePool](indexer, drascopev1alpha1.Resource("resourcepool"))}
 }

@@ -6,14 +6,17 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// GroupName is the API group of ResourcePools.
+// GroupName is drascope's API group.
 const GroupName = "drascope.dev"
 
 // SchemeGroupVersion is drascope.dev/v1alpha1.
 var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
 
-// ResourcePools is the resourcepools resource of this version.
-var ResourcePools = SchemeGroupVersion.WithResource("resourcepools")
+// The resources of this version.
+var (
+	ResourcePools = SchemeGroupVersion.WithResource("resourcepools")
+	DeviceQuotas  = SchemeGroupVersion.WithResource("devicequotas")
+)
 
 // Resource takes an unqualified resource and returns a group-qualified
 // GroupResource, as the generated listers expect of an API package.
@@ -22,14 +25,15 @@ func Resource(resource string) schema.GroupResource {
 }
 
 var (
-	// SchemeBuilder registers the ResourcePool types.
+	// SchemeBuilder registers the types of drascope.dev/v1alpha1.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
-	// AddToScheme registers the ResourcePool types into a scheme.
+	// AddToScheme registers the types of drascope.dev/v1alpha1 into a
+	// scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &ResourcePool{}, &ResourcePoolList{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &ResourcePool{}, &ResourcePoolList{}, &DeviceQuota{}, &DeviceQuotaList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }
