@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	drascopev1alpha1 "github.com/drascope/drascope/apis/drascope/v1alpha1"
 )
 
 // manifestCodecs decodes everything the shipped manifests hold.
@@ -28,6 +30,7 @@ var manifestCodecs = func() serializer.CodecFactory {
 	s := runtime.NewScheme()
 	utilruntime.Must(scheme.AddToScheme(s))
 	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(drascopev1alpha1.AddToScheme(s))
 	return serializer.NewCodecFactory(s)
 }()
 

@@ -58,6 +58,7 @@ func (d *demo) run(ctx context.Context) error {
 		{"An urgent inference pod preempts a training pod on a full node and takes its GPU", d.preempt},
 		{"Two half-GPU pods share one partitionable GPU, so a pod that needs a whole one still fits", d.deviceChoice},
 		{"A gang of three places whole, with devices chosen for all its members at once", d.gang},
+		{"A DeviceQuota holds a namespace to one GPU: the second pod waits, and runs once the first goes", d.quota},
 	}
 	for i, step := range steps {
 		fmt.Fprintf(d.out, "\n=== Step %d of %d: %s\n", i+1, len(steps), step.title)

@@ -114,12 +114,14 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := cp.StartControllerManager(ctx, controllers...); err != nil {
 		return err
 	}
-	crd, err := manifests.Files.ReadFile("crds/resourcepools.drascope.dev.yaml")
-	if err != nil {
-		return err
-	}
-	if err := cp.Apply(ctx, "manifests/crds/resourcepools.drascope.dev.yaml", crd); err != nil {
-		return err
+	for _, name := range []string{"resourcepools.drascope.dev.yaml", "devicequotas.drascope.dev.yaml"} {
+		crd, err := manifests.Files.ReadFile("crds/" + name)
+		if err != nil {
+			return err
+		}
+		if err := cp.Apply(ctx, "manifests/crds/"+name, crd); err != nil {
+			return err
+		}
 	}
 	say("Starting drascope-scheduler with manifests/scheduler/config.yaml ...")
 	schedulerPort, err := startScheduler(ctx, cp, kubeconfig)

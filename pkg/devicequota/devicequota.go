@@ -108,6 +108,37 @@ func UsageOf(claims []*resourceapi.ResourceClaim, lookup DeviceLookup) Usage {
 	return usage
 }
 
+// NeedOf is what the claims need for certain, by class: the devices of
+// their requests that name one class and an exact count. Prioritized
+// lists, allocation mode All and admin access count nothing: which
+// alternative, how many devices, and admin access use no quota.
+func NeedOf(claims []*resourceapi.ResourceClaim) Usage {
+	need := Usage{}
+	for _, claim := range claims {
+		for _, request := range claim.Spec.Devices.Requests {
+			exact := request.Exactly
+			if exact == nil || exact.AllocationMode != resourceapi.DeviceAllocationModeExactCount || (exact.AdminAccess != nil && *exact.AdminAccess) {
+				continue
+			}
+			need.Add(Usage{exact.DeviceClassName: {Devices: exact.Count}})
+		}
+	}
+	return need
+}
+
+// UsedOf is what a quota's status says is used.
+func UsedOf(status v1alpha1.DeviceQuotaStatus) Usage {
+	used := Usage{}
+	for _, class := range status.Classes {
+		amounts := &Amounts{Counters: class.Used.Counters, Capacity: class.Used.Capacity}
+		if class.Used.Devices != nil {
+			amounts.Devices = *class.Used.Devices
+		}
+		used[class.DeviceClassName] = amounts
+	}
+	return used
+}
+
 // ClassOf is the device class a result's request names: the request's,
 // or, for "request/subrequest", the subrequest's; "" when the claim has no
 // such request.

@@ -1,14 +1,18 @@
 package draruntime
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -25,6 +29,7 @@ import (
 	"github.com/drascope/drascope/pkg/generated/informers/externalversions"
 	listers "github.com/drascope/drascope/pkg/generated/listers/drascope/v1alpha1"
 	"github.com/drascope/drascope/pkg/informerevents"
+	"github.com/drascope/drascope/pkg/metrics"
 )
 
 // quotaSyncTimeout bounds how long the start waits for the DeviceQuotas
@@ -38,6 +43,32 @@ type deviceQuotas struct {
 	lister  listers.DeviceQuotaLister
 	synced  func() bool
 	waiting *waitingPods
+	// changes counts, per namespace with DeviceQuotas, what may let a
+	// refused pod in: a quota changed, an allocation released or given
+	// up. A refusal made before the last change retries at once
+	// (RetryWhenQuotaChanges), so no change is missed between reading
+	// the usage and waiting.
+	mu      sync.Mutex
+	changes map[string]uint64
+}
+
+// changed counts a change of the namespace and retries its waiting pods
+// that of selects.
+func (q *deviceQuotas) changed(logger klog.Logger, namespace, why string, of func(*v1.Pod) bool) {
+	q.mu.Lock()
+	if quotas, err := q.lister.DeviceQuotas(namespace).List(labels.Everything()); err == nil && len(quotas) > 0 {
+		q.changes[namespace]++
+	} else {
+		delete(q.changes, namespace)
+	}
+	q.mu.Unlock()
+	q.waiting.activateWhere(logger, why, func(pod *v1.Pod) bool { return pod.Namespace == namespace && (of == nil || of(pod)) })
+}
+
+func (q *deviceQuotas) generation(namespace string) uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.changes[namespace]
 }
 
 // startQuotas watches DeviceQuotas where the apiserver serves them, and
@@ -61,11 +92,10 @@ func (r *Runtime) startQuotas(ctx context.Context, h Handle, config *restclient.
 	}
 	factory := externalversions.NewSharedInformerFactory(client, 0)
 	informer := factory.Drascope().V1alpha1().DeviceQuotas()
-	q := &deviceQuotas{lister: informer.Lister(), synced: informer.Informer().HasSynced, waiting: newWaitingPods(h, clock.RealClock{})}
+	q := &deviceQuotas{lister: informer.Lister(), synced: informer.Informer().HasSynced, waiting: newWaitingPods(h, clock.RealClock{}), changes: map[string]uint64{}}
 	retry := func(obj interface{}) {
 		if quota, ok := informerevents.Object[*v1alpha1.DeviceQuota](obj); ok {
-			q.waiting.activateWhere(logger, "A DeviceQuota changed, retrying the pods of its namespace that it refused",
-				func(pod *v1.Pod) bool { return pod.Namespace == quota.Namespace })
+			q.changed(logger, quota.Namespace, "A DeviceQuota changed, retrying the pods of its namespace that it refused", nil)
 		}
 	}
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -75,27 +105,11 @@ func (r *Runtime) startQuotas(ctx context.Context, h Handle, config *restclient.
 	}); err != nil {
 		return fmt.Errorf("DeviceQuotas: %w", err)
 	}
-	// A claim deallocated or deleted frees its namespace's quota.
-	freed := func(claim *resourceapi.ResourceClaim) {
-		q.waiting.activateWhere(logger, "An allocation was released, retrying the pods of its namespace that a DeviceQuota refused",
-			func(pod *v1.Pod) bool { return pod.Namespace == claim.Namespace })
-	}
-	if _, err := r.informers.Resource().V1().ResourceClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(old, obj interface{}) {
-			before, ok1 := old.(*resourceapi.ResourceClaim)
-			after, ok2 := obj.(*resourceapi.ResourceClaim)
-			if ok1 && ok2 && before.Status.Allocation != nil && after.Status.Allocation == nil {
-				freed(after)
-			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			if claim, ok := informerevents.Object[*resourceapi.ResourceClaim](obj); ok && claim.Status.Allocation != nil {
-				freed(claim)
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("DeviceQuotas: watching ResourceClaims: %w", err)
-	}
+	// A claim deallocated or deleted frees its namespace's quota, once the
+	// side cache, which Reserve counts from, no longer counts it.
+	r.pools.OnReleased(func(namespace string) {
+		q.changed(logger, namespace, "An allocation was released, retrying the pods of its namespace that a DeviceQuota refused", nil)
+	})
 	if _, err := r.informers.Core().V1().Pods().Informer().AddEventHandler(q.waiting.handlers()); err != nil {
 		return fmt.Errorf("pods waiting for a DeviceQuota: %w", err)
 	}
@@ -185,21 +199,103 @@ func (r *Runtime) DeviceQuotas(namespace string) (quotas []*v1alpha1.DeviceQuota
 	return quotas, true
 }
 
-// RetryWhenQuotaChanges remembers a pod refused for a DeviceQuota: a
-// change of its namespace's quotas, or an allocation of its namespace
-// given up (RetryQuotaWaiters), retries it.
-func (r *Runtime) RetryWhenQuotaChanges(pod *v1.Pod) {
+// QuotaGeneration counts the changes of the namespace that may let a pod
+// a DeviceQuota refused in; read it before reading the quotas and the
+// usage a refusal rests on, and hand it to RetryWhenQuotaChanges.
+func (r *Runtime) QuotaGeneration(namespace string) uint64 {
 	if q := r.quotas; q != nil {
-		q.waiting.add(pod)
+		return q.generation(namespace)
+	}
+	return 0
+}
+
+// RetryWhenQuotaChanges remembers a pod refused for a DeviceQuota, on what
+// it saw at generation seen: a change of its namespace's quotas, a claim
+// released there, or an allocation there given up (RetryQuotaWaiters)
+// retries it, and one that came since seen retries it now.
+func (r *Runtime) RetryWhenQuotaChanges(logger klog.Logger, pod *v1.Pod, seen uint64) {
+	q := r.quotas
+	if q == nil {
+		return
+	}
+	q.waiting.add(pod)
+	if q.generation(pod.Namespace) != seen {
+		q.waiting.activateWhere(logger, "Its namespace changed while a DeviceQuota refused the pod, retrying it",
+			func(waiting *v1.Pod) bool { return waiting.UID == pod.UID })
 	}
 }
 
-// RetryQuotaWaiters retries the pods of the namespace that a DeviceQuota
-// refused: an allocation there was given up before it was written, which
-// frees quota without any API event.
-func (r *Runtime) RetryQuotaWaiters(logger klog.Logger, namespace string) {
-	if q := r.quotas; q != nil {
-		q.waiting.activateWhere(logger, "An allocation in the namespace was given up, retrying the pods a DeviceQuota refused",
-			func(pod *v1.Pod) bool { return pod.Namespace == namespace })
+// RetryQuotaWaiters retries the pods of the given-up pod's namespace that
+// a DeviceQuota refused: its allocation was given up before it was
+// written, which frees quota without any API event. Members of its own
+// pod group are left to the group's retry: a group that fails at its
+// quota gives up its members' allocations every time, and retrying the
+// member the quota refused each time would never let it rest.
+func (r *Runtime) RetryQuotaWaiters(logger klog.Logger, givenUp *v1.Pod) {
+	q := r.quotas
+	if q == nil {
+		return
 	}
+	group := podGroup(givenUp)
+	q.changed(logger, givenUp.Namespace, "An allocation in the namespace was given up, retrying the pods a DeviceQuota refused",
+		func(pod *v1.Pod) bool { return group == "" || podGroup(pod) != group })
+}
+
+// podGroup is the name of the pod's PodGroup, "" for none.
+func podGroup(pod *v1.Pod) string {
+	if pod.Spec.SchedulingGroup == nil || pod.Spec.SchedulingGroup.PodGroupName == nil {
+		return ""
+	}
+	return *pod.Spec.SchedulingGroup.PodGroupName
+}
+
+// DeviceQuotas are the amounts every DeviceQuota limits, with what its
+// namespace uses now, in namespace and quota order (at most
+// metrics.MaxQuotaSeries), and the pods a quota refused that wait, by
+// namespace.
+func (s *metricsSource) DeviceQuotas() ([]metrics.QuotaAmount, map[string]int) {
+	q := s.r.quotas
+	if q == nil || !q.synced() {
+		return nil, nil
+	}
+	quotas, err := q.lister.List(labels.Everything())
+	if err != nil {
+		return nil, nil
+	}
+	slices.SortFunc(quotas, func(a, b *v1alpha1.DeviceQuota) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	var amounts []metrics.QuotaAmount
+	used := map[string]devicequota.Usage{}
+	for _, quota := range quotas {
+		if len(amounts) >= metrics.MaxQuotaSeries {
+			break
+		}
+		usage, ok := used[quota.Namespace]
+		if !ok {
+			usage = devicequota.UsageOf(s.AllocatedIn(quota.Namespace), s.Device)
+			used[quota.Namespace] = usage
+		}
+		for _, limit := range quota.Spec.Limits {
+			have := usage[limit.DeviceClassName]
+			if have == nil {
+				have = &devicequota.Amounts{}
+			}
+			class := limit.DeviceClassName
+			amount := func(name string, used, limit resource.Quantity) {
+				amounts = append(amounts, metrics.QuotaAmount{Namespace: quota.Namespace, Quota: quota.Name, Class: class,
+					Amount: name, Used: used.AsApproximateFloat64(), Limit: limit.AsApproximateFloat64()})
+			}
+			if limit.Devices != nil {
+				amount("devices", *resource.NewQuantity(have.Devices, resource.DecimalSI), *resource.NewQuantity(*limit.Devices, resource.DecimalSI))
+			}
+			for _, name := range slices.Sorted(maps.Keys(limit.Counters)) {
+				amount("counter "+name, have.Counters[name], limit.Counters[name])
+			}
+			for _, name := range slices.Sorted(maps.Keys(limit.Capacity)) {
+				amount("capacity "+string(name), have.Capacity[name], limit.Capacity[name])
+			}
+		}
+	}
+	return amounts, q.waiting.byNamespace()
 }

@@ -83,6 +83,17 @@ func (w *waitingPods) remove(uid types.UID) {
 	delete(w.pods, uid)
 }
 
+// byNamespace counts the waiting pods by namespace.
+func (w *waitingPods) byNamespace() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	counts := map[string]int{}
+	for _, waiting := range w.pods {
+		counts[waiting.pod.Namespace]++
+	}
+	return counts
+}
+
 // len is the number of waiting pods.
 func (w *waitingPods) len() int {
 	w.mu.Lock()

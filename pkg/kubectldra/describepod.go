@@ -31,6 +31,7 @@ import (
 	"github.com/drascope/drascope/apis/drascope/v1alpha1"
 	"github.com/drascope/drascope/pkg/adminaccess"
 	"github.com/drascope/drascope/pkg/deviceclass"
+	"github.com/drascope/drascope/pkg/devicequota"
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/health"
 	"github.com/drascope/drascope/pkg/whypending"
@@ -227,8 +228,50 @@ func (o *describePodOptions) explain(ctx context.Context, pod *v1.Pod, claims []
 	ctx, cancel := context.WithTimeout(ctx, o.timeout+time.Minute)
 	defer cancel()
 	report := whypending.Explain(ctx, pod, claims, cluster, whypending.Options{Timeout: o.timeout, AdminAccess: guard})
+	if err := o.quotaRefusal(ctx, pod.Namespace, claims, report, &notes); err != nil {
+		return nil, err
+	}
 	report.Notes = append(notes, report.Notes...)
 	return report, nil
+}
+
+// quotaRefusal fills the report's QuotaRefusal from the namespace's
+// DeviceQuotas, as their status (which drascope-scheduler writes, in
+// flight included) says is used, and puts it first in the conclusion.
+func (o *describePodOptions) quotaRefusal(ctx context.Context, namespace string, claims []whypending.PodClaim, report *whypending.Report, notes *[]string) error {
+	var toAllocate []*resourceapi.ResourceClaim
+	for _, pc := range claims {
+		if pc.Claim != nil && pc.Claim.Status.Allocation == nil {
+			toAllocate = append(toAllocate, pc.Claim)
+		}
+	}
+	need := devicequota.NeedOf(toAllocate)
+	if len(need) == 0 {
+		return nil
+	}
+	list, err := o.source.pools.DrascopeV1alpha1().DeviceQuotas(namespace).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // DeviceQuotas are not served: none is enforced
+	case apierrors.IsForbidden(err):
+		*notes = append(*notes, "listing DeviceQuotas is not permitted: a quota that refuses the pod is not named")
+		return nil
+	case err != nil:
+		return fmt.Errorf("listing DeviceQuotas: %w", err)
+	}
+	for i := range list.Items {
+		quota := &list.Items[i]
+		if excess, over := devicequota.Check([]*v1alpha1.DeviceQuota{quota}, devicequota.UsedOf(quota.Status), need); over {
+			report.QuotaRefusal = excess.String()
+			what := "no node fits them either: " + report.Conclusion
+			if report.Fit != nil && report.Fit.Count > 0 {
+				what = "the devices fit otherwise; raise the quota or wait for pods of the namespace to finish"
+			}
+			report.Conclusion = excess.String() + "; " + what
+			return nil
+		}
+	}
+	return nil
 }
 
 // adminAccessGuard is DRAScope's admin-access guard as the shipped
@@ -419,6 +462,9 @@ func printPodReport(out io.Writer, pod *v1.Pod, r *whypending.Report) error {
 		for _, n := range r.Closest {
 			w.Write(describe.LEVEL_1, "%s:\t%s\n", n.Node, strings.Join(n.Lacks, "; "))
 		}
+	}
+	if r.QuotaRefusal != "" {
+		w.Write(describe.LEVEL_0, "Quota:\t%s\n", r.QuotaRefusal)
 	}
 	w.Write(describe.LEVEL_0, "Conclusion:\t%s\n", r.Conclusion)
 	for i, note := range r.Notes {

@@ -169,6 +169,15 @@ var (
 	oldestUnwrittenDesc = metrics.NewDesc("drascope_resourcepool_oldest_unwritten_change_seconds",
 		"Age of the oldest pool change that no ResourcePool write has taken up yet, in the replica that publishes (0 when every ResourcePool is current). The publisher writes each change within poolStatus.maxPublishDelay. New pools waiting for their object to be created, which is paced apart, do not count.",
 		nil, nil, metrics.ALPHA, "")
+	quotaUsedDesc = metrics.NewDesc("drascope_devicequota_used",
+		"What a namespace's allocations use of an amount a DeviceQuota limits (devices, a shared counter, a consumable capacity) for one device class, in flight included; at most 1000 series.",
+		[]string{"namespace", "devicequota", "device_class", "amount"}, nil, metrics.ALPHA, "")
+	quotaLimitDesc = metrics.NewDesc("drascope_devicequota_limit",
+		"The limit a DeviceQuota sets on an amount (devices, a shared counter, a consumable capacity) for one device class; at most 1000 series.",
+		[]string{"namespace", "devicequota", "device_class", "amount"}, nil, metrics.ALPHA, "")
+	quotaRefusedDesc = metrics.NewDesc("drascope_devicequota_refused_pods",
+		"Pods a DeviceQuota refused that wait for their namespace's quota to change or its usage to fall, by namespace; at most 1000 series.",
+		[]string{"namespace"}, nil, metrics.ALPHA, "")
 	poolsDesc = metrics.NewDesc("resourcepool_controller_pools_total",
 		"Number of pools the scheduler's side cache tracks.",
 		nil, nil, metrics.ALPHA, "")
@@ -196,6 +205,20 @@ type Source interface {
 	// Publishing reports whether publishing ResourcePools is on, whether
 	// this process publishes, and the age of its oldest unwritten change.
 	Publishing() (enabled, publishing bool, oldestUnwritten time.Duration)
+	// DeviceQuotas are the amounts DeviceQuotas limit, at most
+	// MaxQuotaSeries of them, and the pods a DeviceQuota refused that
+	// wait, by namespace (at most MaxQuotaSeries namespaces).
+	DeviceQuotas() (amounts []QuotaAmount, refused map[string]int)
+}
+
+// MaxQuotaSeries bounds the series of each DeviceQuota metric.
+const MaxQuotaSeries = 1000
+
+// QuotaAmount is one amount a DeviceQuota limits: "devices", "counter
+// NAME" or "capacity NAME" of a device class.
+type QuotaAmount struct {
+	Namespace, Quota, Class, Amount string
+	Used, Limit                     float64
 }
 
 // Export registers the metrics in the legacy registry (once per process)
@@ -314,6 +337,9 @@ func (c *poolCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- claimPodsDesc
 	ch <- publishingDesc
 	ch <- oldestUnwrittenDesc
+	ch <- quotaUsedDesc
+	ch <- quotaLimitDesc
+	ch <- quotaRefusedDesc
 }
 
 func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
@@ -339,6 +365,18 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		if publishing {
 			ch <- metrics.NewLazyConstMetric(oldestUnwrittenDesc, metrics.GaugeValue, oldest.Seconds())
 		}
+	}
+	amounts, refused := (*source).DeviceQuotas()
+	for _, a := range amounts[:min(len(amounts), MaxQuotaSeries)] {
+		ch <- metrics.NewLazyConstMetric(quotaUsedDesc, metrics.GaugeValue, a.Used, a.Namespace, a.Quota, a.Class, a.Amount)
+		ch <- metrics.NewLazyConstMetric(quotaLimitDesc, metrics.GaugeValue, a.Limit, a.Namespace, a.Quota, a.Class, a.Amount)
+	}
+	n := 0
+	for namespace, pods := range refused {
+		if n++; n > MaxQuotaSeries {
+			break
+		}
+		ch <- metrics.NewLazyConstMetric(quotaRefusedDesc, metrics.GaugeValue, float64(pods), namespace)
 	}
 	snapshots := (*source).List()
 	ch <- metrics.NewLazyConstMetric(poolsDesc, metrics.GaugeValue, float64(len(snapshots)))

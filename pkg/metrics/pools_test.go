@@ -23,6 +23,9 @@ func (f *fakeSource) PendingPodsByDeviceClass() map[string]int      { return nil
 func (f *fakeSource) AvailableDevicesByDeviceClass() map[string]int { return nil }
 func (f *fakeSource) PodsWithClaimsByScheduler() map[string]int     { return nil }
 func (f *fakeSource) Publishing() (bool, bool, time.Duration)       { return false, false, 0 }
+func (f *fakeSource) DeviceQuotas() ([]QuotaAmount, map[string]int) {
+	return nil, nil
+}
 
 // snapshot is pool i of node node: allocated of its 8 devices allocated,
 // the first one reported Unhealthy when unhealthy.

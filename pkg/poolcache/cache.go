@@ -91,7 +91,9 @@ type Cache struct {
 	// claimNamespace is each such claim's.
 	allocatedIn    map[string]sets.Set[types.UID]
 	claimNamespace map[types.UID]string
-	taintRules     map[string]*resourceapi.DeviceTaintRule
+	// onReleased: OnReleased.
+	onReleased func(namespace string)
+	taintRules map[string]*resourceapi.DeviceTaintRule
 	// confirmed holds, per pool and conflict key, the claims the API
 	// showed taking part; a key is dropped once the conflict is no longer
 	// suspected.
@@ -294,22 +296,55 @@ func (c *Cache) removeSliceLocked(id drausage.PoolID, name string) {
 // assumed version that the informer has now caught up with is dropped.
 func (c *Cache) SetClaim(claim *resourceapi.ResourceClaim) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.informer[claim.UID] = claim
-	if assumed, ok := c.assumed[claim.UID]; ok && !Newer(assumed, claim) {
-		delete(c.assumed, claim.UID)
+	released := c.releasing(claim.UID, func() {
+		c.informer[claim.UID] = claim
+		if assumed, ok := c.assumed[claim.UID]; ok && !Newer(assumed, claim) {
+			delete(c.assumed, claim.UID)
+		}
+		c.refreshClaimLocked(claim.UID)
+	})
+	onReleased := c.onReleased
+	c.mu.Unlock()
+	if released != "" && onReleased != nil {
+		onReleased(released)
 	}
-	c.refreshClaimLocked(claim.UID)
 }
 
 // DeleteClaim forgets a ResourceClaim, including any in-flight version.
 func (c *Cache) DeleteClaim(claim *resourceapi.ResourceClaim) {
 	c.mu.Lock()
+	released := c.releasing(claim.UID, func() {
+		delete(c.informer, claim.UID)
+		delete(c.pending, claim.UID)
+		delete(c.assumed, claim.UID)
+		c.refreshClaimLocked(claim.UID)
+	})
+	onReleased := c.onReleased
+	c.mu.Unlock()
+	if released != "" && onReleased != nil {
+		onReleased(released)
+	}
+}
+
+// releasing runs change, and returns the claim's namespace when the change
+// took its allocation out of AllocatedIn ("" otherwise).
+func (c *Cache) releasing(uid types.UID, change func()) string {
+	namespace, held := c.claimNamespace[uid]
+	change()
+	if _, still := c.claimNamespace[uid]; held && !still {
+		return namespace
+	}
+	return ""
+}
+
+// OnReleased registers fn, told the namespace of a claim whose release
+// (deallocated, or deleted while allocated) the informer delivered, once
+// AllocatedIn no longer counts it; fn runs outside the cache's lock. Set
+// it before the informers start.
+func (c *Cache) OnReleased(fn func(namespace string)) {
+	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.informer, claim.UID)
-	delete(c.pending, claim.UID)
-	delete(c.assumed, claim.UID)
-	c.refreshClaimLocked(claim.UID)
+	c.onReleased = fn
 }
 
 // PendingAllocation records an allocation the scheduler reserved and will

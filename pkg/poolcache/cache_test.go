@@ -363,8 +363,14 @@ func TestAllocatedIn(t *testing.T) {
 	if got := names(); !gocmp.Equal(got, []string{"x@11", "y@10"}) {
 		t.Errorf("with x written: %v, want x's written version and y", got)
 	}
+	var released []string
+	c.OnReleased(func(namespace string) { released = append(released, namespace) })
+	c.SetClaim(claim("x", "11", pool("node-a"))) // the informer catches up: nothing released
 	c.SetClaim(claim("y", "11"))
 	c.DeleteClaim(claim("x", "11"))
+	if !gocmp.Equal(released, []string{"ns", "ns"}) {
+		t.Errorf("released %v, want ns twice: y deallocated, x deleted", released)
+	}
 	if got := names(); len(got) != 0 {
 		t.Errorf("after deallocation and deletion: %v, want none", got)
 	}

@@ -30,6 +30,10 @@ type Report struct {
 	// claim asks for (the namespace lacks the label), when
 	// Options.AdminAccess says to check.
 	AdminAccessRefused string `json:"adminAccessRefused,omitempty"`
+	// QuotaRefusal names the DeviceQuota that refuses what the claims
+	// still to allocate need for certain (the limit, what its status says
+	// is used, and the need), when one does (filled by kubectl dra).
+	QuotaRefusal string `json:"quotaRefusal,omitempty"`
 	// Notes say what could not be read or checked, and how that shapes
 	// the figures.
 	Notes []string `json:"notes,omitempty"`

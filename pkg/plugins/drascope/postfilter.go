@@ -124,6 +124,10 @@ func (pl *DRAScope) postFilter(ctx context.Context, state fwk.CycleState, pod *v
 	if !mayPreempt(pod) || (pod.Status.NominatedNodeName == "" && !preemptionMayLook(statuses, pl.handle)) {
 		return result, status
 	}
+	if excess, over := pl.quotaForbidsPreemption(ctx, pod, pl.claimsIn(state, pod).toAllocate); over {
+		klog.FromContext(ctx).V(4).Info("Not preempting: the pod's DeviceQuota would refuse it anyway", "pod", klog.KObj(pod), "excess", excess.String())
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "preemption would not help: "+excess.String())
+	}
 	if node := pl.awaitingRelease(ctx, state, pod, statuses); node != "" {
 		klog.FromContext(ctx).V(4).Info("Not preempting: devices being released would make room", "pod", klog.KObj(pod), "node", node)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("waiting for devices on node %s to be released by pods that are gone", node))

@@ -4,8 +4,11 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -17,8 +20,9 @@ import (
 // scheduler-wide runtime (pkg/draruntime).
 type quotaRuntime interface {
 	DeviceQuotas(namespace string) ([]*v1alpha1.DeviceQuota, bool)
-	RetryWhenQuotaChanges(*v1.Pod)
-	RetryQuotaWaiters(logger klog.Logger, namespace string)
+	QuotaGeneration(namespace string) uint64
+	RetryWhenQuotaChanges(logger klog.Logger, pod *v1.Pod, seen uint64)
+	RetryQuotaWaiters(logger klog.Logger, givenUp *v1.Pod)
 }
 
 // quotaExceeded refuses the pod when the allocations Reserve just put in
@@ -32,6 +36,7 @@ func (pl *DRAScope) quotaExceeded(ctx context.Context, pod *v1.Pod, added sets.S
 	if pl.quotas == nil || pl.pools == nil || added.Len() == 0 {
 		return nil
 	}
+	seen := pl.quotas.QuotaGeneration(pod.Namespace)
 	quotas, enforced := pl.quotas.DeviceQuotas(pod.Namespace)
 	if !enforced || len(quotas) == 0 {
 		return nil
@@ -49,7 +54,61 @@ func (pl *DRAScope) quotaExceeded(ctx context.Context, pod *v1.Pod, added sets.S
 	if !over {
 		return nil
 	}
-	klog.FromContext(ctx).V(4).Info("A DeviceQuota refused the pod's allocation", "pod", klog.KObj(pod), "excess", excess.String())
-	pl.quotas.RetryWhenQuotaChanges(pod)
+	logger := klog.FromContext(ctx)
+	logger.V(4).Info("A DeviceQuota refused the pod's allocation", "pod", klog.KObj(pod), "excess", excess.String())
+	pl.quotas.RetryWhenQuotaChanges(logger, pod, seen)
 	return fwk.NewStatus(fwk.Unschedulable, excess.String())
+}
+
+// quotaForbidsPreemption says, for a pod no node fits, when its namespace's
+// DeviceQuotas would refuse it even after preemption freed every device
+// that pods of its own namespace with lower priority hold: preemption would
+// then evict pods (of other namespaces too) for a pod that Reserve refuses
+// anyway. Only what is certain counts as the pod's need
+// (devicequota.NeedOf).
+// A pod it stops is retried as Reserve's refusals are.
+func (pl *DRAScope) quotaForbidsPreemption(ctx context.Context, pod *v1.Pod, claims []*resourceapi.ResourceClaim) (devicequota.Excess, bool) {
+	if pl.quotas == nil || pl.pools == nil || pl.pods == nil {
+		return devicequota.Excess{}, false
+	}
+	need := devicequota.NeedOf(claims)
+	if len(need) == 0 {
+		return devicequota.Excess{}, false
+	}
+	seen := pl.quotas.QuotaGeneration(pod.Namespace)
+	quotas, enforced := pl.quotas.DeviceQuotas(pod.Namespace)
+	if !enforced || len(quotas) == 0 {
+		return devicequota.Excess{}, false
+	}
+	lower := sets.New[types.UID]()
+	if pods, err := pl.pods.Pods(pod.Namespace).List(labels.Everything()); err == nil {
+		for _, other := range pods {
+			if corev1helpers.PodPriority(other) < corev1helpers.PodPriority(pod) {
+				lower.Insert(other.UID)
+			}
+		}
+	}
+	used := devicequota.Usage{}
+	for _, claim := range pl.pools.AllocatedIn(pod.Namespace) {
+		if heldOnlyBy(claim, lower) {
+			continue // preemption may free it
+		}
+		used.Add(devicequota.OfAllocation(claim, claim.Status.Allocation, pl.pools.Device))
+	}
+	excess, over := devicequota.Check(quotas, used, need)
+	if over {
+		pl.quotas.RetryWhenQuotaChanges(klog.FromContext(ctx), pod, seen)
+	}
+	return excess, over
+}
+
+// heldOnlyBy reports whether the claim is reserved, and only for pods of
+// the set.
+func heldOnlyBy(claim *resourceapi.ResourceClaim, pods sets.Set[types.UID]) bool {
+	for _, consumer := range claim.Status.ReservedFor {
+		if consumer.Resource != "pods" || !pods.Has(consumer.UID) {
+			return false
+		}
+	}
+	return len(claim.Status.ReservedFor) > 0
 }

@@ -106,6 +106,6 @@ func (pl *DRAScope) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1
 	_, noneSignalled := state.Read(signalledKey)
 	_, notRefused := state.Read(quotaRefusedKey)
 	if pl.quotas != nil && noneSignalled == nil && notRefused != nil {
-		pl.quotas.RetryQuotaWaiters(klog.FromContext(ctx), pod.Namespace)
+		pl.quotas.RetryQuotaWaiters(klog.FromContext(ctx), pod)
 	}
 }
