@@ -40,8 +40,9 @@ func addAll[K comparable](to *map[K]resource.Quantity, from map[K]resource.Quant
 		if *to == nil {
 			*to = map[K]resource.Quantity{}
 		}
-		sum := (*to)[name]
-		sum.Add(q)
+		// Copies: a Quantity shares its decimal form with its copies.
+		sum := (*to)[name].DeepCopy()
+		sum.Add(q.DeepCopy())
 		(*to)[name] = sum
 	}
 }
@@ -69,6 +70,9 @@ func OfAllocation(claim *resourceapi.ResourceClaim, allocation *resourceapi.Allo
 	if allocation == nil {
 		return usage
 	}
+	// A device the claim holds several shares of counts once, and its
+	// counters once: it consumes them once.
+	counted := map[structured.DeviceID]bool{}
 	for i := range allocation.Devices.Results {
 		result := &allocation.Devices.Results[i]
 		if result.AdminAccess != nil && *result.AdminAccess {
@@ -83,12 +87,17 @@ func OfAllocation(claim *resourceapi.ResourceClaim, allocation *resourceapi.Allo
 			amounts = &Amounts{}
 			usage[class] = amounts
 		}
-		amounts.Devices++
 		addAll(&amounts.Capacity, result.ConsumedCapacity)
+		id := structured.MakeDeviceID(result.Driver, result.Pool, result.Device)
+		if counted[id] {
+			continue
+		}
+		counted[id] = true
+		amounts.Devices++
 		if lookup == nil {
 			continue
 		}
-		if device := lookup(structured.MakeDeviceID(result.Driver, result.Pool, result.Device)); device != nil {
+		if device := lookup(id); device != nil {
 			for _, consumption := range device.ConsumesCounters {
 				for name, counter := range consumption.Counters {
 					addAll(&amounts.Counters, map[string]resource.Quantity{name: counter.Value})
@@ -229,7 +238,7 @@ func over[K ~string](limits, used, needed map[K]resource.Quantity) (K, bool) {
 		if !ok || need.Sign() <= 0 {
 			continue
 		}
-		sum := used[name]
+		sum := used[name].DeepCopy()
 		sum.Add(need)
 		if limit := limits[name]; sum.Cmp(limit) > 0 {
 			return name, true
@@ -247,9 +256,11 @@ func Status(quota *v1alpha1.DeviceQuota, used Usage) v1alpha1.DeviceQuotaStatus 
 		if have == nil {
 			have = &Amounts{}
 		}
+		// Devices used are always shown, so that the printer column of
+		// each class's devices lines up with its class.
 		class := v1alpha1.DeviceClassUsage{DeviceClassName: limit.DeviceClassName}
+		class.Used.Devices = ptrTo(have.Devices)
 		if limit.Devices != nil {
-			class.Used.Devices = ptrTo(have.Devices)
 			class.Left.Devices = ptrTo(max(0, *limit.Devices-have.Devices))
 		}
 		class.Used.Counters, class.Left.Counters = usedAndLeft(limit.Counters, have.Counters)

@@ -1,6 +1,7 @@
 package devicequota_test
 
 import (
+	"fmt"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -70,6 +71,12 @@ func TestOfAllocationCountsByTheChosenClass(t *testing.T) {
 	if usage["nic"] != nil {
 		t.Errorf("nic: %+v, want nothing: the alternative was not chosen", usage["nic"])
 	}
+	// Two shares of one partition in one claim: one device, its counters
+	// once.
+	shared := devicequota.OfAllocation(claim(), allocation(result("part/half", "half-0"), result("part/half", "half-0")), lookup)
+	if got := shared["gpu-partition"]; got == nil || got.Devices != 1 || !quantityIs(got.Counters["memory"], "40Gi") {
+		t.Errorf("two shares of half-0: %+v, want 1 device consuming 40Gi", got)
+	}
 }
 
 func quota(name string, limits ...v1alpha1.DeviceClassLimit) *v1alpha1.DeviceQuota {
@@ -87,8 +94,8 @@ func TestCheck(t *testing.T) {
 	}
 	gpus := func(n int) devicequota.Usage {
 		var results []resourceapi.DeviceRequestAllocationResult
-		for range n {
-			results = append(results, result("gpus", "gpu-0"))
+		for i := range n {
+			results = append(results, result("gpus", fmt.Sprintf("gpu-%d", i)))
 		}
 		return devicequota.OfAllocation(claim(), allocation(results...), lookup)
 	}

@@ -43,32 +43,57 @@ type deviceQuotas struct {
 	lister  listers.DeviceQuotaLister
 	synced  func() bool
 	waiting *waitingPods
-	// changes counts, per namespace with DeviceQuotas, what may let a
-	// refused pod in: a quota changed, an allocation released or given
-	// up. A refusal made before the last change retries at once
-	// (RetryWhenQuotaChanges), so no change is missed between reading
-	// the usage and waiting.
+	// epoch orders, across namespaces, the changes that may let a refused
+	// pod in (a quota changed, an allocation released or given up), the
+	// refusals and the allocations reserved; changes holds each
+	// namespace's latest change. A refusal that read the usage before
+	// its namespace's latest change retries at once
+	// (RetryWhenQuotaChanges), so no change is missed between reading the
+	// usage and waiting; an allocation given up retries only the pods
+	// refused while it was in flight (RetryQuotaWaiters), so that two
+	// pod groups at their quotas cannot retry each other without pause.
 	mu      sync.Mutex
+	epoch   uint64
 	changes map[string]uint64
 }
 
-// changed counts a change of the namespace and retries its waiting pods
-// that of selects.
-func (q *deviceQuotas) changed(logger klog.Logger, namespace, why string, of func(*v1.Pod) bool) {
+// maxQuotaChanges bounds the namespaces whose latest change is kept;
+// past it, those without DeviceQuotas and waiting pods are forgotten.
+const maxQuotaChanges = 10000
+
+// changed records a change of the namespace and retries its waiting pods
+// that of selects (by pod and the epoch it was refused at; nil: all).
+func (q *deviceQuotas) changed(logger klog.Logger, namespace, why string, of func(pod *v1.Pod, refusedAt uint64) bool) {
 	q.mu.Lock()
-	if quotas, err := q.lister.DeviceQuotas(namespace).List(labels.Everything()); err == nil && len(quotas) > 0 {
-		q.changes[namespace]++
-	} else {
-		delete(q.changes, namespace)
+	q.epoch++
+	q.changes[namespace] = q.epoch
+	if len(q.changes) > maxQuotaChanges {
+		waiting := q.waiting.byNamespace()
+		for ns := range q.changes {
+			if quotas, err := q.lister.DeviceQuotas(ns).List(labels.Everything()); (err != nil || len(quotas) == 0) && waiting[ns] == 0 {
+				delete(q.changes, ns)
+			}
+		}
 	}
 	q.mu.Unlock()
-	q.waiting.activateWhere(logger, why, func(pod *v1.Pod) bool { return pod.Namespace == namespace && (of == nil || of(pod)) })
+	q.waiting.activateWhere(logger, why, func(pod *v1.Pod, refusedAt uint64) bool {
+		return pod.Namespace == namespace && (of == nil || of(pod, refusedAt))
+	})
 }
 
-func (q *deviceQuotas) generation(namespace string) uint64 {
+// now returns the namespace's latest change and the current epoch.
+func (q *deviceQuotas) now(namespace string) (changed, epoch uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.changes[namespace]
+	return q.changes[namespace], q.epoch
+}
+
+// tick advances the epoch and returns it.
+func (q *deviceQuotas) tick() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.epoch++
+	return q.epoch
 }
 
 // startQuotas watches DeviceQuotas where the apiserver serves them, and
@@ -199,46 +224,63 @@ func (r *Runtime) DeviceQuotas(namespace string) (quotas []*v1alpha1.DeviceQuota
 	return quotas, true
 }
 
-// QuotaGeneration counts the changes of the namespace that may let a pod
-// a DeviceQuota refused in; read it before reading the quotas and the
-// usage a refusal rests on, and hand it to RetryWhenQuotaChanges.
-func (r *Runtime) QuotaGeneration(namespace string) uint64 {
+// QuotaSeen is what a DeviceQuota's check sees of the namespace before
+// it reads the quotas and the usage: hand it to RetryWhenQuotaChanges
+// when the check refuses, or to QuotaReserved when it lets allocations
+// in.
+type QuotaSeen struct{ changed, epoch uint64 }
+
+// QuotaNow returns what the namespace's quota check sees now.
+func (r *Runtime) QuotaNow(namespace string) QuotaSeen {
 	if q := r.quotas; q != nil {
-		return q.generation(namespace)
+		changed, epoch := q.now(namespace)
+		return QuotaSeen{changed: changed, epoch: epoch}
+	}
+	return QuotaSeen{}
+}
+
+// QuotaReserved marks allocations a quota check let in, and returns the
+// epoch to hand RetryQuotaWaiters if they are given up.
+func (r *Runtime) QuotaReserved() uint64 {
+	if q := r.quotas; q != nil {
+		return q.tick()
 	}
 	return 0
 }
 
-// RetryWhenQuotaChanges remembers a pod refused for a DeviceQuota, on what
-// it saw at generation seen: a change of its namespace's quotas, a claim
-// released there, or an allocation there given up (RetryQuotaWaiters)
-// retries it, and one that came since seen retries it now.
-func (r *Runtime) RetryWhenQuotaChanges(logger klog.Logger, pod *v1.Pod, seen uint64) {
+// RetryWhenQuotaChanges remembers a pod refused for a DeviceQuota on what
+// it saw: a change of its namespace's quotas, a claim released there, or
+// an allocation it counted given up (RetryQuotaWaiters) retries it, and a
+// change since it looked retries it now.
+func (r *Runtime) RetryWhenQuotaChanges(logger klog.Logger, pod *v1.Pod, seen QuotaSeen) {
 	q := r.quotas
 	if q == nil {
 		return
 	}
-	q.waiting.add(pod)
-	if q.generation(pod.Namespace) != seen {
+	refusedAt := q.tick()
+	q.waiting.addMarked(pod, refusedAt)
+	if changed, _ := q.now(pod.Namespace); changed != seen.changed {
 		q.waiting.activateWhere(logger, "Its namespace changed while a DeviceQuota refused the pod, retrying it",
-			func(waiting *v1.Pod) bool { return waiting.UID == pod.UID })
+			func(waiting *v1.Pod, _ uint64) bool { return waiting.UID == pod.UID })
 	}
 }
 
 // RetryQuotaWaiters retries the pods of the given-up pod's namespace that
-// a DeviceQuota refused: its allocation was given up before it was
-// written, which frees quota without any API event. Members of its own
-// pod group are left to the group's retry: a group that fails at its
-// quota gives up its members' allocations every time, and retrying the
-// member the quota refused each time would never let it rest.
-func (r *Runtime) RetryQuotaWaiters(logger klog.Logger, givenUp *v1.Pod) {
+// a DeviceQuota refused while its allocation, reserved at epoch reserved
+// (QuotaReserved), was in flight: it was given up before it was written,
+// which frees quota without any API event. Pods refused before it was
+// reserved did not count it, and members of the given-up pod's own group
+// are left to the group's retry.
+func (r *Runtime) RetryQuotaWaiters(logger klog.Logger, givenUp *v1.Pod, reserved uint64) {
 	q := r.quotas
 	if q == nil {
 		return
 	}
 	group := podGroup(givenUp)
-	q.changed(logger, givenUp.Namespace, "An allocation in the namespace was given up, retrying the pods a DeviceQuota refused",
-		func(pod *v1.Pod) bool { return group == "" || podGroup(pod) != group })
+	q.changed(logger, givenUp.Namespace, "An allocation in the namespace was given up, retrying the pods a DeviceQuota refused while it was in flight",
+		func(pod *v1.Pod, refusedAt uint64) bool {
+			return refusedAt > reserved && (group == "" || podGroup(pod) != group)
+		})
 }
 
 // podGroup is the name of the pod's PodGroup, "" for none.

@@ -43,6 +43,8 @@ type waitingPods struct {
 type waitingPod struct {
 	pod   *v1.Pod
 	since uint64
+	// mark is the caller's: the quota epoch the pod was refused at.
+	mark uint64
 	// due: in the due list.
 	due bool
 }
@@ -102,14 +104,20 @@ func (w *waitingPods) len() int {
 }
 
 func (w *waitingPods) add(pod *v1.Pod) {
+	w.addMarked(pod, 0)
+}
+
+// addMarked is add, with the caller's mark, which activateWhere hands
+// back.
+func (w *waitingPods) addMarked(pod *v1.Pod, mark uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if waiting, ok := w.pods[pod.UID]; ok {
-		waiting.pod = pod
+		waiting.pod, waiting.mark = pod, mark
 		w.pods[pod.UID] = waiting
 		return
 	}
-	w.pods[pod.UID] = waitingPod{pod: pod, since: w.next}
+	w.pods[pod.UID] = waitingPod{pod: pod, since: w.next, mark: mark}
 	w.next++
 }
 
@@ -122,13 +130,13 @@ func (w *waitingPods) activate(logger klog.Logger, why string) {
 	w.activateWhere(logger, why, nil)
 }
 
-// activateWhere is activate for the waiting pods that of selects (nil:
-// every one).
-func (w *waitingPods) activateWhere(logger klog.Logger, why string, of func(*v1.Pod) bool) {
+// activateWhere is activate for the waiting pods that of selects, by the
+// pod and its mark (nil: every one).
+func (w *waitingPods) activateWhere(logger klog.Logger, why string, of func(pod *v1.Pod, mark uint64) bool) {
 	w.mu.Lock()
 	var added []types.UID
 	for uid, waiting := range w.pods {
-		if !waiting.due && (of == nil || of(waiting.pod)) {
+		if !waiting.due && (of == nil || of(waiting.pod, waiting.mark)) {
 			waiting.due = true
 			w.pods[uid] = waiting
 			added = append(added, uid)

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -371,12 +372,9 @@ func (c *poolCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		ch <- metrics.NewLazyConstMetric(quotaUsedDesc, metrics.GaugeValue, a.Used, a.Namespace, a.Quota, a.Class, a.Amount)
 		ch <- metrics.NewLazyConstMetric(quotaLimitDesc, metrics.GaugeValue, a.Limit, a.Namespace, a.Quota, a.Class, a.Amount)
 	}
-	n := 0
-	for namespace, pods := range refused {
-		if n++; n > MaxQuotaSeries {
-			break
-		}
-		ch <- metrics.NewLazyConstMetric(quotaRefusedDesc, metrics.GaugeValue, float64(pods), namespace)
+	namespaces := slices.Sorted(maps.Keys(refused))
+	for _, namespace := range namespaces[:min(len(namespaces), MaxQuotaSeries)] {
+		ch <- metrics.NewLazyConstMetric(quotaRefusedDesc, metrics.GaugeValue, float64(refused[namespace]), namespace)
 	}
 	snapshots := (*source).List()
 	ch <- metrics.NewLazyConstMetric(poolsDesc, metrics.GaugeValue, float64(len(snapshots)))

@@ -295,46 +295,37 @@ func (c *Cache) removeSliceLocked(id drausage.PoolID, name string) {
 // SetClaim records a ResourceClaim from the informer, added or updated. An
 // assumed version that the informer has now caught up with is dropped.
 func (c *Cache) SetClaim(claim *resourceapi.ResourceClaim) {
-	c.mu.Lock()
-	released := c.releasing(claim.UID, func() {
+	c.changeClaim(claim.UID, func() {
 		c.informer[claim.UID] = claim
 		if assumed, ok := c.assumed[claim.UID]; ok && !Newer(assumed, claim) {
 			delete(c.assumed, claim.UID)
 		}
-		c.refreshClaimLocked(claim.UID)
 	})
-	onReleased := c.onReleased
-	c.mu.Unlock()
-	if released != "" && onReleased != nil {
-		onReleased(released)
-	}
 }
 
 // DeleteClaim forgets a ResourceClaim, including any in-flight version.
 func (c *Cache) DeleteClaim(claim *resourceapi.ResourceClaim) {
-	c.mu.Lock()
-	released := c.releasing(claim.UID, func() {
+	c.changeClaim(claim.UID, func() {
 		delete(c.informer, claim.UID)
 		delete(c.pending, claim.UID)
 		delete(c.assumed, claim.UID)
-		c.refreshClaimLocked(claim.UID)
 	})
-	onReleased := c.onReleased
-	c.mu.Unlock()
-	if released != "" && onReleased != nil {
-		onReleased(released)
-	}
 }
 
-// releasing runs change, and returns the claim's namespace when the change
-// took its allocation out of AllocatedIn ("" otherwise).
-func (c *Cache) releasing(uid types.UID, change func()) string {
+// changeClaim applies an informer event to a claim's versions, re-indexes
+// the claim, and tells OnReleased's fn, outside the lock, when the change
+// took its allocation out of AllocatedIn.
+func (c *Cache) changeClaim(uid types.UID, change func()) {
+	c.mu.Lock()
 	namespace, held := c.claimNamespace[uid]
 	change()
-	if _, still := c.claimNamespace[uid]; held && !still {
-		return namespace
+	c.refreshClaimLocked(uid)
+	_, still := c.claimNamespace[uid]
+	onReleased := c.onReleased
+	c.mu.Unlock()
+	if held && !still && onReleased != nil {
+		onReleased(namespace)
 	}
-	return ""
 }
 
 // OnReleased registers fn, told the namespace of a claim whose release

@@ -152,28 +152,6 @@ func TestDeviceQuotaCountsCounters(t *testing.T) {
 	q.waitForPodUnschedulable("third", "counter memory: limit 80Gi, used 80Gi, this pod needs 40Gi")
 }
 
-// partitionable publishes on node a GPU of 80Gi as a counter set and its
-// partitions: "whole" (80Gi) and two halves (40Gi), with their memory as
-// an attribute.
-func (q *quotaScenario) partitionable(node string) {
-	q.t.Helper()
-	spec := resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 2}
-	partition := func(name, memory string) resourceapi.Device {
-		return resourceapi.Device{Name: name,
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"memory": {StringValue: ptr.To(memory)}},
-			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
-				CounterSet: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(memory)}}}}}
-	}
-	q.publishSlice(&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-counters"}, Spec: resourceapi.ResourceSliceSpec{
-		Driver: q.driver, Pool: spec, NodeName: &node,
-		SharedCounters: []resourceapi.CounterSet{{Name: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}}},
-	}})
-	q.publishSlice(&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-partitions"}, Spec: resourceapi.ResourceSliceSpec{
-		Driver: q.driver, Pool: spec, NodeName: &node,
-		Devices: []resourceapi.Device{partition("whole", "80Gi"), partition("half-a", "40Gi"), partition("half-b", "40Gi")},
-	}})
-}
-
 // Two pods created back to back race for the last unit of a quota, 50
 // times: never both are placed.
 func TestDeviceQuotaRaceForTheLastUnit(t *testing.T) {
@@ -252,19 +230,22 @@ func TestDeviceQuotaIgnoresAdminAccess(t *testing.T) {
 	q.waitForPodUnschedulable("train", "devices: limit 0, used 0, this pod needs 1")
 }
 
-// The API refuses a limit that limits nothing, and a negative quantity.
+// The API refuses a limit that limits nothing, a negative quantity and a
+// capacity that is no qualified name.
 func TestDeviceQuotaValidation(t *testing.T) {
 	q := newQuotaScenario(t, nil)
-	for name, amounts := range map[string]v1alpha1.DeviceAmounts{
-		"nothing":  {},
-		"negative": {Counters: map[string]resource.Quantity{"memory": resource.MustParse("-1Gi")}},
+	for name, tc := range map[string]struct {
+		amounts v1alpha1.DeviceAmounts
+		want    string
+	}{
+		"nothing":  {want: "a limit must limit devices, counters or capacity"},
+		"negative": {amounts: v1alpha1.DeviceAmounts{Counters: map[string]resource.Quantity{"memory": resource.MustParse("-1Gi")}}, want: "counters.memory"},
+		"bad-name": {amounts: v1alpha1.DeviceAmounts{Capacity: map[resourceapi.QualifiedName]resource.Quantity{"not a name!": resource.MustParse("1Gi")}}, want: "capacity names are qualified names"},
 	} {
 		_, err := q.quotas.Create(q.ctx, &v1alpha1.DeviceQuota{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: v1alpha1.DeviceQuotaSpec{Limits: []v1alpha1.DeviceClassLimit{{DeviceClassName: q.class, DeviceAmounts: amounts}}}}, metav1.CreateOptions{})
-		if err == nil {
-			t.Errorf("%s: created, want refused", name)
-		} else {
-			t.Logf("%s: %v", name, err)
+			Spec: v1alpha1.DeviceQuotaSpec{Limits: []v1alpha1.DeviceClassLimit{{DeviceClassName: q.class, DeviceAmounts: tc.amounts}}}}, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want refused with %q", name, err, tc.want)
 		}
 	}
 }

@@ -218,19 +218,7 @@ func TestWhyPendingTainted(t *testing.T) {
 func TestWhyPendingCountersExhausted(t *testing.T) {
 	w := newWhy(t, nil)
 	node := w.addNode("a", 0)
-	spec := resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 2}
-	partition := func(name, memory string) resourceapi.Device {
-		return resourceapi.Device{Name: name, ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
-			CounterSet: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(memory)}}}}}
-	}
-	w.publishSlice(&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-counters"}, Spec: resourceapi.ResourceSliceSpec{
-		Driver: w.driver, Pool: spec, NodeName: &node,
-		SharedCounters: []resourceapi.CounterSet{{Name: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}}},
-	}})
-	w.publishSlice(&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-partitions"}, Spec: resourceapi.ResourceSliceSpec{
-		Driver: w.driver, Pool: spec, NodeName: &node,
-		Devices: []resourceapi.Device{partition("whole", "80Gi"), partition("half-a", "40Gi"), partition("half-b", "40Gi")},
-	}})
+	w.partitionable(node)
 	w.hold("whole", node, "whole")
 	w.addClaimFor("train", w.request("gpu", 1))
 	w.pending("train", "train", "cannot allocate all claims", "yet no node could allocate the claims")
@@ -405,4 +393,26 @@ func TestWhyPendingUnhealthy(t *testing.T) {
 		t.Errorf("verdict %+v, want the GPU counted Unhealthy", v)
 	}
 	wantConclusion(t, r, "request gpu needs 1 × "+deviceClassName, "1 Unhealthy")
+}
+
+// partitionable publishes on node a GPU of 80Gi as a counter set and its
+// partitions: "whole" (80Gi) and two halves (40Gi), with their memory as
+// an attribute.
+func (w *why) partitionable(node string) {
+	w.t.Helper()
+	spec := resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 2}
+	partition := func(name, memory string) resourceapi.Device {
+		return resourceapi.Device{Name: name,
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"memory": {StringValue: ptr.To(memory)}},
+			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
+				CounterSet: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(memory)}}}}}
+	}
+	w.publishSlice(&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-counters"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: w.driver, Pool: spec, NodeName: &node,
+		SharedCounters: []resourceapi.CounterSet{{Name: "gpu-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}}},
+	}})
+	w.publishSlice(&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-partitions"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: w.driver, Pool: spec, NodeName: &node,
+		Devices: []resourceapi.Device{partition("whole", "80Gi"), partition("half-a", "40Gi"), partition("half-b", "40Gi")},
+	}})
 }

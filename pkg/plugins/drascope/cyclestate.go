@@ -30,24 +30,24 @@ import (
 //	shortageKey       PreFilter              PostFilter                           the cycle: what the allocator was built from
 //	scoringKey        PreScore               NormalizeScore                       the cycle
 //	signalledKey      Reserve                PreBind                              until PreBind
-//	quotaRefusedKey   Reserve                Unreserve                            the cycle: a DeviceQuota refused the pod
+//	quotaReservedKey  Reserve                Unreserve                            the cycle: the epoch a DeviceQuota let the pod's allocations in at
 //	gangAttemptKey    PreFilter (members)    PodGroupPostFilter                   one pod-group cycle (its own state)
 //
 // Clones: preemption evaluates nodes on clones of the cycle state. Only
 // the what-if keeps something per clone (the pods a dry run removed and
 // added); everything else is shared, being read only or filled once.
 const (
-	claimsKey       fwk.StateKey = Name + "/claims"
-	withheldKey     fwk.StateKey = Name + "/withheld"
-	refusedEarlyKey fwk.StateKey = Name + "/refused-early"
-	mixedAdminKey   fwk.StateKey = Name + "/mixed-admin-access"
-	whatIfKey       fwk.StateKey = Name + "/whatif"
-	memoKey         fwk.StateKey = Name + "/filter-memo"
-	shortageKey     fwk.StateKey = Name + "/shortage"
-	scoringKey      fwk.StateKey = Name + "/scoring"
-	signalledKey    fwk.StateKey = Name + "/signalled"
-	quotaRefusedKey fwk.StateKey = Name + "/quota-refused"
-	gangAttemptKey  fwk.StateKey = Name + "/gang-attempt"
+	claimsKey        fwk.StateKey = Name + "/claims"
+	withheldKey      fwk.StateKey = Name + "/withheld"
+	refusedEarlyKey  fwk.StateKey = Name + "/refused-early"
+	mixedAdminKey    fwk.StateKey = Name + "/mixed-admin-access"
+	whatIfKey        fwk.StateKey = Name + "/whatif"
+	memoKey          fwk.StateKey = Name + "/filter-memo"
+	shortageKey      fwk.StateKey = Name + "/shortage"
+	scoringKey       fwk.StateKey = Name + "/scoring"
+	signalledKey     fwk.StateKey = Name + "/signalled"
+	quotaReservedKey fwk.StateKey = Name + "/quota-reserved"
+	gangAttemptKey   fwk.StateKey = Name + "/gang-attempt"
 )
 
 // Clone shares the claims: they are only read.
@@ -65,12 +65,12 @@ type refusedEarlyData struct{}
 
 func (refusedEarlyData) Clone() fwk.StateData { return refusedEarlyData{} }
 
-// quotaRefusedData marks a cycle whose pod a DeviceQuota refused in
-// Reserve: its Unreserve gives up allocations, but must not retry the pods
-// waiting for the namespace's quota, the pod itself among them.
-type quotaRefusedData struct{}
+// quotaReservedData marks a cycle whose allocations a DeviceQuota let in,
+// with the epoch it did (draruntime.QuotaReserved): Unreserve, giving them
+// up, retries the pods the quota refused after it.
+type quotaReservedData struct{ epoch uint64 }
 
-func (quotaRefusedData) Clone() fwk.StateData { return quotaRefusedData{} }
+func (d quotaReservedData) Clone() fwk.StateData { return d }
 
 // mixedAdminData marks a pod that needs admin-access and ordinary requests
 // allocated together: Filter's refusals say that upstream charged its

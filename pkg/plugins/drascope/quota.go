@@ -14,15 +14,17 @@ import (
 
 	"github.com/drascope/drascope/apis/drascope/v1alpha1"
 	"github.com/drascope/drascope/pkg/devicequota"
+	"github.com/drascope/drascope/pkg/draruntime"
 )
 
 // quotaRuntime is what DeviceQuotas' enforcement needs of the
 // scheduler-wide runtime (pkg/draruntime).
 type quotaRuntime interface {
 	DeviceQuotas(namespace string) ([]*v1alpha1.DeviceQuota, bool)
-	QuotaGeneration(namespace string) uint64
-	RetryWhenQuotaChanges(logger klog.Logger, pod *v1.Pod, seen uint64)
-	RetryQuotaWaiters(logger klog.Logger, givenUp *v1.Pod)
+	QuotaNow(namespace string) draruntime.QuotaSeen
+	QuotaReserved() uint64
+	RetryWhenQuotaChanges(logger klog.Logger, pod *v1.Pod, seen draruntime.QuotaSeen)
+	RetryQuotaWaiters(logger klog.Logger, givenUp *v1.Pod, reserved uint64)
 }
 
 // quotaExceeded refuses the pod when the allocations Reserve just put in
@@ -31,12 +33,14 @@ type quotaRuntime interface {
 // side cache has it, in flight included, and Reserve runs one pod at a
 // time, so two pods scheduled one after the other cannot both take the
 // last unit. A refused pod is retried when its namespace's quotas change,
-// or an allocation there is given up or released.
-func (pl *DRAScope) quotaExceeded(ctx context.Context, pod *v1.Pod, added sets.Set[types.UID]) *fwk.Status {
+// or an allocation there is given up or released; allocations let in are
+// marked (quotaReservedKey), so that Unreserve retries only the pods that
+// counted them.
+func (pl *DRAScope) quotaExceeded(ctx context.Context, state fwk.CycleState, pod *v1.Pod, added sets.Set[types.UID]) *fwk.Status {
 	if pl.quotas == nil || pl.pools == nil || added.Len() == 0 {
 		return nil
 	}
-	seen := pl.quotas.QuotaGeneration(pod.Namespace)
+	seen := pl.quotas.QuotaNow(pod.Namespace)
 	quotas, enforced := pl.quotas.DeviceQuotas(pod.Namespace)
 	if !enforced || len(quotas) == 0 {
 		return nil
@@ -52,6 +56,7 @@ func (pl *DRAScope) quotaExceeded(ctx context.Context, pod *v1.Pod, added sets.S
 	}
 	excess, over := devicequota.Check(quotas, used, adding)
 	if !over {
+		state.Write(quotaReservedKey, quotaReservedData{epoch: pl.quotas.QuotaReserved()})
 		return nil
 	}
 	logger := klog.FromContext(ctx)
@@ -75,7 +80,7 @@ func (pl *DRAScope) quotaForbidsPreemption(ctx context.Context, pod *v1.Pod, cla
 	if len(need) == 0 {
 		return devicequota.Excess{}, false
 	}
-	seen := pl.quotas.QuotaGeneration(pod.Namespace)
+	seen := pl.quotas.QuotaNow(pod.Namespace)
 	quotas, enforced := pl.quotas.DeviceQuotas(pod.Namespace)
 	if !enforced || len(quotas) == 0 {
 		return devicequota.Excess{}, false

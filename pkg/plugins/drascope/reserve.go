@@ -50,10 +50,11 @@ func (pl *DRAScope) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.P
 	if uses.Len() > 0 {
 		state.Write(signalledKey, signalled{uids: uses.UnsortedList()})
 	}
-	if status.IsSuccess() {
-		if refusal := pl.quotaExceeded(ctx, pod, after.Difference(before)); refusal != nil {
+	if status.IsSuccess() && gangpreempt.From(ctx) == nil {
+		// Not in a pod-group preemption's dry run, whose victims' claims
+		// the side cache still counts: the real cycle checks.
+		if refusal := pl.quotaExceeded(ctx, state, pod, after.Difference(before)); refusal != nil {
 			// The framework's Unreserve gives the allocations up.
-			state.Write(quotaRefusedKey, quotaRefusedData{})
 			return refusal
 		}
 	}
@@ -93,9 +94,9 @@ func (pl *DRAScope) filterChosenIfMemoized(ctx context.Context, state fwk.CycleS
 }
 
 // Unreserve runs upstream's, and forgets the pod as a holder Reserve
-// recorded: it is not bound. Allocations it gave up free their
-// namespace's quota without an API event, so the pods a DeviceQuota
-// refused there are retried, unless the quota refused this very pod.
+// recorded: it is not bound. Allocations a DeviceQuota let in and that it
+// gave up free their namespace's quota without an API event, so the pods
+// the quota refused while they were in flight are retried.
 func (pl *DRAScope) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	pl.DynamicResources.Unreserve(ctx, state, pod, nodeName)
 	pl.holders.Unreserve(pod.UID)
@@ -103,9 +104,7 @@ func (pl *DRAScope) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1
 		// It retries with upstream's backoff, not when a hold ends.
 		pl.waiting.ForgetWaitingPod(pod)
 	}
-	_, noneSignalled := state.Read(signalledKey)
-	_, notRefused := state.Read(quotaRefusedKey)
-	if pl.quotas != nil && noneSignalled == nil && notRefused != nil {
-		pl.quotas.RetryQuotaWaiters(klog.FromContext(ctx), pod)
+	if reserved, ok := fromCycle[quotaReservedData](state, quotaReservedKey); ok && pl.quotas != nil {
+		pl.quotas.RetryQuotaWaiters(klog.FromContext(ctx), pod, reserved.epoch)
 	}
 }
