@@ -81,11 +81,11 @@ func (q *deviceQuotas) changed(logger klog.Logger, namespace, why string, of fun
 	})
 }
 
-// now returns the namespace's latest change and the current epoch.
-func (q *deviceQuotas) now(namespace string) (changed, epoch uint64) {
+// latest returns the epoch of the namespace's latest change.
+func (q *deviceQuotas) latest(namespace string) uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.changes[namespace], q.epoch
+	return q.changes[namespace]
 }
 
 // tick advances the epoch and returns it.
@@ -224,17 +224,15 @@ func (r *Runtime) DeviceQuotas(namespace string) (quotas []*v1alpha1.DeviceQuota
 	return quotas, true
 }
 
-// QuotaSeen is what a DeviceQuota's check sees of the namespace before
-// it reads the quotas and the usage: hand it to RetryWhenQuotaChanges
-// when the check refuses, or to QuotaReserved when it lets allocations
-// in.
-type QuotaSeen struct{ changed, epoch uint64 }
+// QuotaSeen is what a DeviceQuota's check saw of the namespace before it
+// read the quotas and the usage: hand it to RetryWhenQuotaChanges when
+// the check refuses.
+type QuotaSeen struct{ changed uint64 }
 
 // QuotaNow returns what the namespace's quota check sees now.
 func (r *Runtime) QuotaNow(namespace string) QuotaSeen {
 	if q := r.quotas; q != nil {
-		changed, epoch := q.now(namespace)
-		return QuotaSeen{changed: changed, epoch: epoch}
+		return QuotaSeen{changed: q.latest(namespace)}
 	}
 	return QuotaSeen{}
 }
@@ -259,7 +257,7 @@ func (r *Runtime) RetryWhenQuotaChanges(logger klog.Logger, pod *v1.Pod, seen Qu
 	}
 	refusedAt := q.tick()
 	q.waiting.addMarked(pod, refusedAt)
-	if changed, _ := q.now(pod.Namespace); changed != seen.changed {
+	if q.latest(pod.Namespace) != seen.changed {
 		q.waiting.activateWhere(logger, "Its namespace changed while a DeviceQuota refused the pod, retrying it",
 			func(waiting *v1.Pod, _ uint64) bool { return waiting.UID == pod.UID })
 	}
