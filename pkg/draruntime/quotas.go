@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -108,7 +107,7 @@ func (r *Runtime) startQuotas(ctx context.Context, h Handle, config *restclient.
 	if err != nil {
 		return fmt.Errorf("DeviceQuota client: %w", err)
 	}
-	served, err := servesDeviceQuotas(ctx, client)
+	served, err := servesResource(ctx, client.Discovery(), v1alpha1.SchemeGroupVersion.String(), v1alpha1.DeviceQuotas.Resource)
 	if err != nil {
 		logger.Info("Could not ask the apiserver whether it serves DeviceQuotas; watching them anyway", "err", err)
 	} else if !served {
@@ -153,6 +152,21 @@ func (r *Runtime) startQuotas(ctx context.Context, h Handle, config *restclient.
 	return nil
 }
 
+// namespaceUsage returns what each namespace's allocations use, as the
+// side cache has them, counted once per namespace for one pass over the
+// quotas.
+func (r *Runtime) namespaceUsage() func(namespace string) devicequota.Usage {
+	used := map[string]devicequota.Usage{}
+	return func(namespace string) devicequota.Usage {
+		usage, ok := used[namespace]
+		if !ok {
+			usage = devicequota.UsageOf(r.pools.AllocatedIn(namespace), r.pools.Device)
+			used[namespace] = usage
+		}
+		return usage
+	}
+}
+
 // quotaStatusInterval is how often the leader compares each DeviceQuota's
 // status with what its namespace uses.
 const quotaStatusInterval = 2 * time.Second
@@ -168,14 +182,9 @@ func (r *Runtime) writeQuotaStatus(ctx context.Context, client typedv1alpha1.Dev
 		if err != nil {
 			return
 		}
-		used := map[string]devicequota.Usage{}
+		usageIn := r.namespaceUsage()
 		for _, quota := range quotas {
-			usage, ok := used[quota.Namespace]
-			if !ok {
-				usage = devicequota.UsageOf(r.pools.AllocatedIn(quota.Namespace), r.pools.Device)
-				used[quota.Namespace] = usage
-			}
-			status := devicequota.Status(quota, usage)
+			status := devicequota.Status(quota, usageIn(quota.Namespace))
 			if apiequality.Semantic.DeepEqual(status, quota.Status) {
 				continue
 			}
@@ -187,26 +196,6 @@ func (r *Runtime) writeQuotaStatus(ctx context.Context, client typedv1alpha1.Dev
 			}
 		}
 	}, quotaStatusInterval)
-}
-
-// servesDeviceQuotas asks the apiserver's discovery, within
-// discoveryTimeout, whether it serves DeviceQuotas.
-func servesDeviceQuotas(ctx context.Context, client versioned.Interface) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
-	defer cancel()
-	resources, err := discovery.ToDiscoveryInterfaceWithContext(client.Discovery()).ServerResourcesForGroupVersionWithContext(ctx, v1alpha1.SchemeGroupVersion.String())
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	for _, resource := range resources.APIResources {
-		if resource.Name == v1alpha1.DeviceQuotas.Resource {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // DeviceQuotas returns the namespace's DeviceQuotas; enforced is false
@@ -306,16 +295,12 @@ func (s *metricsSource) DeviceQuotas() ([]metrics.QuotaAmount, map[string]int) {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	var amounts []metrics.QuotaAmount
-	used := map[string]devicequota.Usage{}
+	usageIn := s.r.namespaceUsage()
 	for _, quota := range quotas {
 		if len(amounts) >= metrics.MaxQuotaSeries {
 			break
 		}
-		usage, ok := used[quota.Namespace]
-		if !ok {
-			usage = devicequota.UsageOf(s.AllocatedIn(quota.Namespace), s.Device)
-			used[quota.Namespace] = usage
-		}
+		usage := usageIn(quota.Namespace)
 		for _, limit := range quota.Spec.Limits {
 			have := usage[limit.DeviceClassName]
 			if have == nil {

@@ -192,23 +192,37 @@ func checkTaintRules(ctx context.Context, client kubernetes.Interface) *taintRul
 	if !utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules) {
 		return &taintRulesCheck{why: "the DRADeviceTaintRules feature gate is off"}
 	}
-	// Bounded: a hung apiserver must not hold the scheduler's start.
-	ctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
-	defer cancel()
-	resources, err := discovery.ToDiscoveryInterfaceWithContext(client.Discovery()).ServerResourcesForGroupVersionWithContext(ctx, resourceapi.SchemeGroupVersion.String())
+	served, err := servesResource(ctx, client.Discovery(), resourceapi.SchemeGroupVersion.String(), "devicetaintrules")
 	switch {
-	case apierrors.IsNotFound(err):
-		return &taintRulesCheck{gateOn: true, why: "the apiserver does not serve " + resourceapi.SchemeGroupVersion.String()}
 	case err != nil:
 		klog.FromContext(ctx).Info("Could not ask the apiserver whether it serves DeviceTaintRules; trusting the DRADeviceTaintRules feature gate", "err", err)
 		return &taintRulesCheck{gateOn: true, ok: true}
+	case !served:
+		return &taintRulesCheck{gateOn: true, why: "the apiserver does not serve devicetaintrules in " + resourceapi.SchemeGroupVersion.String()}
 	}
-	for _, resource := range resources.APIResources {
-		if resource.Name == "devicetaintrules" {
-			return &taintRulesCheck{gateOn: true, ok: true}
+	return &taintRulesCheck{gateOn: true, ok: true}
+}
+
+// servesResource asks the apiserver's discovery, within discoveryTimeout
+// (a hung apiserver must not hold the scheduler's start), whether it
+// serves the resource in the group version; a group version it does not
+// serve at all is no error.
+func servesResource(ctx context.Context, client discovery.DiscoveryInterface, groupVersion, resource string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
+	defer cancel()
+	resources, err := discovery.ToDiscoveryInterfaceWithContext(client).ServerResourcesForGroupVersionWithContext(ctx, groupVersion)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	for _, r := range resources.APIResources {
+		if r.Name == resource {
+			return true, nil
 		}
 	}
-	return &taintRulesCheck{gateOn: true, why: "the apiserver does not serve devicetaintrules in " + resourceapi.SchemeGroupVersion.String()}
+	return false, nil
 }
 
 // withResolvedDefaults returns args with the defaults that depend on the

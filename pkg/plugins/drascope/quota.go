@@ -45,15 +45,7 @@ func (pl *DRAScope) quotaExceeded(ctx context.Context, state fwk.CycleState, pod
 	if !enforced || len(quotas) == 0 {
 		return nil
 	}
-	used, adding := devicequota.Usage{}, devicequota.Usage{}
-	for _, claim := range pl.pools.AllocatedIn(pod.Namespace) {
-		usage := devicequota.OfAllocation(claim, claim.Status.Allocation, pl.pools.Device)
-		if added.Has(claim.UID) {
-			adding.Add(usage)
-		} else {
-			used.Add(usage)
-		}
-	}
+	used, adding := pl.namespaceUsage(pod.Namespace, func(claim *resourceapi.ResourceClaim) bool { return added.Has(claim.UID) })
 	excess, over := devicequota.Check(quotas, used, adding)
 	if !over {
 		state.Write(quotaReservedKey, quotaReservedData{epoch: pl.quotas.QuotaReserved()})
@@ -93,18 +85,29 @@ func (pl *DRAScope) quotaForbidsPreemption(ctx context.Context, pod *v1.Pod, cla
 			}
 		}
 	}
-	used := devicequota.Usage{}
-	for _, claim := range pl.pools.AllocatedIn(pod.Namespace) {
-		if heldOnlyBy(claim, lower) {
-			continue // preemption may free it
-		}
-		used.Add(devicequota.OfAllocation(claim, claim.Status.Allocation, pl.pools.Device))
-	}
+	// What pods of lower priority alone hold, preemption may free.
+	used, _ := pl.namespaceUsage(pod.Namespace, func(claim *resourceapi.ResourceClaim) bool { return heldOnlyBy(claim, lower) })
 	excess, over := devicequota.Check(quotas, used, need)
 	if over {
 		pl.quotas.RetryWhenQuotaChanges(klog.FromContext(ctx), pod, seen)
 	}
 	return excess, over
+}
+
+// namespaceUsage is what the namespace's allocations use, as the side
+// cache has them (in flight included), split in two: the claims apart
+// selects, and the others.
+func (pl *DRAScope) namespaceUsage(namespace string, apart func(*resourceapi.ResourceClaim) bool) (others, selected devicequota.Usage) {
+	others, selected = devicequota.Usage{}, devicequota.Usage{}
+	for _, claim := range pl.pools.AllocatedIn(namespace) {
+		usage := devicequota.OfAllocation(claim, claim.Status.Allocation, pl.pools.Device)
+		if apart(claim) {
+			selected.Add(usage)
+		} else {
+			others.Add(usage)
+		}
+	}
+	return others, selected
 }
 
 // heldOnlyBy reports whether the claim is reserved, and only for pods of
