@@ -91,3 +91,38 @@ func HoldsAny(allocation *resourceapi.AllocationResult) bool {
 	}
 	return false
 }
+
+// WithoutFree returns the slices without the devices that are free and
+// that leaveOut selects, copying only the slices that change: an allocator
+// built from them finds only the other devices free. Devices in use stay:
+// the allocator counts the shared counters they consume, and never hands
+// them out. A device that allows multiple allocations stays too: a share
+// of it may be free and in use at once. inUse may be nil (nothing in use).
+func WithoutFree(listed []*resourceapi.ResourceSlice, leaveOut, inUse func(structured.DeviceID) bool) []*resourceapi.ResourceSlice {
+	if inUse == nil {
+		inUse = func(structured.DeviceID) bool { return false }
+	}
+	out := make([]*resourceapi.ResourceSlice, len(listed))
+	for i, slice := range listed {
+		out[i] = slice
+		// nil until a device is left out: then the ones before it.
+		var kept []resourceapi.Device
+		for j, device := range slice.Spec.Devices {
+			id := structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, device.Name)
+			keep := !leaveOut(id) || inUse(id) || (device.AllowMultipleAllocations != nil && *device.AllowMultipleAllocations)
+			switch {
+			case !keep && kept == nil:
+				kept = make([]resourceapi.Device, j, len(slice.Spec.Devices))
+				copy(kept, slice.Spec.Devices[:j])
+			case keep && kept != nil:
+				kept = append(kept, device)
+			}
+		}
+		if kept != nil {
+			copied := *slice
+			copied.Spec.Devices = kept
+			out[i] = &copied
+		}
+	}
+	return out
+}

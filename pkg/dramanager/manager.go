@@ -163,6 +163,16 @@ func (m *Manager) Steer(planned *sets.Set[structured.DeviceID]) (stop func()) {
 	return func() { m.steering.allowed.Store(nil) }
 }
 
+// Hide lists the slices without the devices, where they are free, for the
+// cycle's pod: those a DeviceQuota of its namespace could not take
+// (devicequota.Steering). Unlike withheld devices, they are not added to
+// the in-use set: the allocator would count the shared counters they
+// consume as taken, and so refuse the partitions the quota can take.
+func (m *Manager) Hide(devices sets.Set[structured.DeviceID]) (stop func()) {
+	m.steering.hidden.Store(&devices)
+	return func() { m.steering.hidden.Store(nil) }
+}
+
 // Free hands the allocator, in a pod-group preemption's dry run, the
 // victims' devices as free (gangpreempt.DryRun.WithoutFreed) and lists them
 // after the others.

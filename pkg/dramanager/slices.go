@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/drascope/drascope/pkg/adminaccess"
+	"github.com/drascope/drascope/pkg/allocated"
 	"github.com/drascope/drascope/pkg/gangplan"
 	"github.com/drascope/drascope/pkg/gangpreempt"
 )
@@ -23,7 +24,8 @@ func (m *Manager) ResourceSlices() fwk.ResourceSliceLister {
 // serves: Serve), in four steps: with bestFit, each slice's devices in
 // BestFit order (bestfit.go); in a gang's preemption dry run, the
 // victims' devices after the others (pkg/gangpreempt); while steering,
-// only the free devices a gang plan allows (pkg/gangplan); while ignore is
+// only the free devices a gang plan allows (pkg/gangplan) and a
+// DeviceQuota does not hide (Hide); while ignore is
 // set, every device consuming zero of each counter (pkg/adminaccess). It
 // hands what it handed out to the cycle's capture.
 type listedSlices struct {
@@ -57,6 +59,11 @@ func (l listedSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, 
 		if allowed := l.steering.allowed.Load(); allowed != nil {
 			slices = gangplan.OnlyPlanned(slices, *allowed, inUseOf(l.capture.inUse.Load()))
 		}
+		// Hidden devices leave only once the in-use set is known: one in
+		// use must stay, for the counters it consumes.
+		if hidden, inUse := l.steering.hidden.Load(), inUseOf(l.capture.inUse.Load()); hidden != nil && inUse != nil {
+			slices = allocated.WithoutFree(slices, hidden.Has, inUse)
+		}
 	}
 	if err == nil && l.ignore.Load() {
 		slices = adminaccess.WithZeroCounterConsumption(slices)
@@ -75,10 +82,12 @@ func (l listedSlices) servedSlices() *Served {
 	return l.served.Load()
 }
 
-// steering limits, while upstream's PreFilter runs for a planned member,
-// the free devices its listing hands out to those planned for the member.
+// steering limits the free devices the listing hands out, while
+// upstream's PreFilter runs: for a planned member, to those planned for
+// it (allowed); for a pod under a DeviceQuota, to those the quota can take
+// (without the hidden ones).
 type steering struct {
-	allowed atomic.Pointer[sets.Set[structured.DeviceID]]
+	allowed, hidden atomic.Pointer[sets.Set[structured.DeviceID]]
 }
 
 // inUseOf is the in-use test of what the cycle captured (nil: none).

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/drascope/drascope/pkg/allocated"
 	"github.com/drascope/drascope/pkg/dryrun"
 )
 
@@ -89,32 +90,7 @@ func (p *Plans) clock() time.Time {
 // them out. A device that allows multiple allocations stays too: a share
 // of it may be free and in use at once. inUse may be nil (nothing in use).
 func OnlyPlanned(listed []*resourceapi.ResourceSlice, allowed sets.Set[structured.DeviceID], inUse func(structured.DeviceID) bool) []*resourceapi.ResourceSlice {
-	if inUse == nil {
-		inUse = func(structured.DeviceID) bool { return false }
-	}
-	out := make([]*resourceapi.ResourceSlice, len(listed))
-	for i, slice := range listed {
-		out[i] = slice
-		// nil until a device is left out: then the ones before it.
-		var kept []resourceapi.Device
-		for j, device := range slice.Spec.Devices {
-			id := structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, device.Name)
-			keep := allowed.Has(id) || inUse(id) || (device.AllowMultipleAllocations != nil && *device.AllowMultipleAllocations)
-			switch {
-			case !keep && kept == nil:
-				kept = make([]resourceapi.Device, j, len(slice.Spec.Devices))
-				copy(kept, slice.Spec.Devices[:j])
-			case keep && kept != nil:
-				kept = append(kept, device)
-			}
-		}
-		if kept != nil {
-			copied := *slice
-			copied.Spec.Devices = kept
-			out[i] = &copied
-		}
-	}
-	return out
+	return allocated.WithoutFree(listed, func(id structured.DeviceID) bool { return !allowed.Has(id) }, inUse)
 }
 
 // Attempt is what the members' PreFilters of one pod-group cycle leave for

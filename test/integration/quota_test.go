@@ -464,3 +464,103 @@ func TestDeviceQuotaGangAllOrNothing(t *testing.T) {
 	q.limit("gpus", devices(gangSize))
 	q.waitForGangScheduled()
 }
+
+// firstAvailable is a prioritized list of the subrequests, each of one
+// device of its class and selector.
+func firstAvailable(name string, alternatives ...resourceapi.DeviceSubRequest) resourceapi.DeviceRequest {
+	return resourceapi.DeviceRequest{Name: name, FirstAvailable: alternatives}
+}
+
+func alternative(name, class, selector string) resourceapi.DeviceSubRequest {
+	return resourceapi.DeviceSubRequest{Name: name, DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}}
+}
+
+// chosen waits until the claim is allocated and returns the requests its
+// results name.
+func (q *quotaScenario) chosen(claim string) []string {
+	q.t.Helper()
+	var requests []string
+	err := wait.PollUntilContextTimeout(q.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		c, err := env.client.ResourceV1().ResourceClaims(q.namespace).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil || c.Status.Allocation == nil {
+			return false, err
+		}
+		requests = nil
+		for _, r := range c.Status.Allocation.Devices.Results {
+			requests = append(requests, r.Request)
+		}
+		return true, nil
+	})
+	if err != nil {
+		q.t.Fatalf("claim %s: not allocated: %v", claim, err)
+	}
+	return requests
+}
+
+// A prioritized list whose first alternative's class has no device left
+// in the quota is handed its next one, of another class, which the quota
+// does not limit: the allocator never sees the devices it could not take.
+// A pod that asks the full class without alternative is still refused
+// with the limit named, and is placed once the quota is raised.
+func TestDeviceQuotaSteersFirstAvailableByClass(t *testing.T) {
+	q := newQuotaScenario(t, nil)
+	small := q.class + "-t4"
+	t4 := fmt.Sprintf("device.driver == %q && device.attributes[%q].model == \"t4\"", q.driver, q.driver)
+	if _, err := env.client.ResourceV1().DeviceClasses().Create(q.ctx, &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: small},
+		Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: t4}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.client.ResourceV1().DeviceClasses().Delete(context.Background(), small, metav1.DeleteOptions{}) })
+	devices := gpus(3, "a100")
+	for _, d := range gpus(2, "t4") {
+		d.Name = strings.Replace(d.Name, "gpu", "t4", 1)
+		devices = append(devices, d)
+	}
+	q.node("a", devices...)
+	a100 := fmt.Sprintf("device.attributes[%q].model == \"a100\"", q.driver)
+	q.limit("a100s", v1alpha1.DeviceAmounts{Devices: ptr.To[int64](1)})
+	q.pod("first", q.request("gpu", 1, a100))
+	q.waitForPodScheduled("first")
+	q.pod("second", firstAvailable("gpu", alternative("big", q.class, a100), alternative("small", small, "true")))
+	q.pod("third", q.request("gpu", 1, a100))
+	q.waitForPodScheduled("second")
+	if got := q.chosen("second"); !slices.Equal(got, []string{"gpu/small"}) {
+		t.Errorf("second pod: allocated %v, want the quota's way, gpu/small", got)
+	}
+	q.waitForPodUnschedulable("third", fmt.Sprintf("DeviceQuota %s/a100s: class %s, devices: limit 1, used 1, this pod needs 1", q.namespace, q.class))
+	q.limit("a100s", v1alpha1.DeviceAmounts{Devices: ptr.To[int64](2)})
+	q.waitForPodScheduled("third")
+}
+
+// Partitions by counter: with 40Gi of an 80Gi memory limit used, a pod
+// that prefers a whole 80Gi GPU and else takes a 40Gi half gets the half.
+// With the limit reached, the next such pod is shown no partition at all,
+// says which limit hid them, and is placed when a half is released.
+func TestDeviceQuotaSteersFirstAvailableByCounter(t *testing.T) {
+	q := newQuotaScenario(t, nil)
+	for _, name := range []string{"a", "b"} {
+		q.partitionable(q.addNode(name, 0))
+	}
+	q.limit("memory", v1alpha1.DeviceAmounts{Counters: map[string]resource.Quantity{"memory": resource.MustParse("80Gi")}})
+	memory := func(gi string) string {
+		return fmt.Sprintf("device.attributes[%q].?memory.orValue(\"\") == %q", q.driver, gi)
+	}
+	q.pod("first", q.request("half", 1, memory("40Gi")))
+	q.waitForPodScheduled("first")
+	prefersWhole := firstAvailable("gpu", alternative("whole", q.class, memory("80Gi")), alternative("half", q.class, memory("40Gi")))
+	q.pod("second", prefersWhole)
+	q.waitForPodScheduled("second")
+	if got := q.chosen("second"); !slices.Equal(got, []string{"gpu/half"}) {
+		t.Errorf("second pod: allocated %v, want the half that fits the quota", got)
+	}
+	q.pod("third", prefersWhole)
+	q.waitForPodUnschedulable("third", fmt.Sprintf("devices were not offered that a DeviceQuota could not take (DeviceQuota %s/memory: class %s, counter memory: limit 80Gi, used 80Gi)", q.namespace, q.class))
+	q.gone("first")
+	q.waitForPodScheduled("third")
+	if got := q.chosen("third"); !slices.Equal(got, []string{"gpu/half"}) {
+		t.Errorf("third pod: allocated %v, want a half", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/drascope/drascope/pkg/devicescore"
+	"github.com/drascope/drascope/pkg/draruntime"
 	"github.com/drascope/drascope/pkg/filtermemo"
 	"github.com/drascope/drascope/pkg/gangplan"
 	"github.com/drascope/drascope/pkg/nodeprune"
@@ -31,6 +32,7 @@ import (
 //	scoringKey        PreScore               NormalizeScore                       the cycle
 //	signalledKey      Reserve                PreBind                              until PreBind
 //	quotaReservedKey  Reserve                Unreserve                            the cycle: the epoch a DeviceQuota let the pod's allocations in at
+//	quotaSteeredKey   PreFilter              PostFilter                           the cycle: what the quota check saw when it hid devices, and why
 //	gangAttemptKey    PreFilter (members)    PodGroupPostFilter                   one pod-group cycle (its own state)
 //
 // Clones: preemption evaluates nodes on clones of the cycle state. Only
@@ -47,6 +49,7 @@ const (
 	scoringKey       fwk.StateKey = Name + "/scoring"
 	signalledKey     fwk.StateKey = Name + "/signalled"
 	quotaReservedKey fwk.StateKey = Name + "/quota-reserved"
+	quotaSteeredKey  fwk.StateKey = Name + "/quota-steered"
 	gangAttemptKey   fwk.StateKey = Name + "/gang-attempt"
 )
 
@@ -71,6 +74,17 @@ func (refusedEarlyData) Clone() fwk.StateData { return refusedEarlyData{} }
 type quotaReservedData struct{ epoch uint64 }
 
 func (d quotaReservedData) Clone() fwk.StateData { return d }
+
+// quotaSteeredData marks a cycle in which devices were hidden from the pod
+// for its namespace's DeviceQuotas (steerByQuota), with what the quota
+// check saw then and the limit it names: PostFilter retries the pod, if
+// no node fits, when the quota changes, and says why devices were hidden.
+type quotaSteeredData struct {
+	seen draruntime.QuotaSeen
+	note string
+}
+
+func (d quotaSteeredData) Clone() fwk.StateData { return d }
 
 // mixedAdminData marks a pod that needs admin-access and ordinary requests
 // allocated together: Filter's refusals say that upstream charged its

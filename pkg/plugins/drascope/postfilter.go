@@ -40,7 +40,11 @@ func (pl *DRAScope) PostFilter(ctx context.Context, state fwk.CycleState, pod *v
 			// claims together, stood in the way.
 			shortage = ""
 		}
-		for _, note := range []string{shortage, withheld} {
+		var steered string
+		if d, ok := fromCycle[quotaSteeredData](state, quotaSteeredKey); ok {
+			steered = d.note
+		}
+		for _, note := range []string{steered, shortage, withheld} {
 			if note != "" {
 				status = fwk.NewStatus(status.Code(), append(status.Reasons(), note)...)
 			}
@@ -103,6 +107,9 @@ func refusedForClaimsOnly(statuses fwk.NodeToStatusReader, nodes []*v1.Node) boo
 }
 
 func (pl *DRAScope) postFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if steered, ok := fromCycle[quotaSteeredData](state, quotaSteeredKey); ok && pl.quotas != nil {
+		pl.quotas.RetryWhenQuotaChanges(klog.FromContext(ctx), pod, steered.seen)
+	}
 	if refusedEarly(state) {
 		// Upstream's PreFilter did not run, so its PostFilter would find
 		// no cycle state and fail. It would have nothing to do: the pod's

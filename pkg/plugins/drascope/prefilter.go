@@ -46,7 +46,8 @@ type preFilterCycle struct {
 // function below that says what it writes to the cycle state
 // (cyclestate.go):
 //
-//  1. gatherClaims: the pod's claims, and the withheld devices' view.
+//  1. gatherClaims: the pod's claims, and the withheld devices' view;
+//     steerByQuota (quota.go): the devices its DeviceQuotas hide.
 //  2. pruneFirst (prune.go): for the pods it serves, the nodes that may
 //     fit, before upstream's PreFilter; a pod no node can serve is refused
 //     here, where upstream's PreFilter and PostFilter provably change
@@ -64,6 +65,7 @@ type preFilterCycle struct {
 func (pl *DRAScope) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	c := &preFilterCycle{pod: pod, nodes: nodes}
 	pl.gatherClaims(state, c)
+	defer pl.steerByQuota(ctx, state, c)()
 	if c.gathered {
 		if status := pl.pruneFirst(ctx, state, c); status != nil {
 			return nil, status

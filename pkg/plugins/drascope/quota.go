@@ -8,11 +8,13 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/drascope/drascope/apis/drascope/v1alpha1"
+	"github.com/drascope/drascope/pkg/deviceclass"
 	"github.com/drascope/drascope/pkg/devicequota"
 	"github.com/drascope/drascope/pkg/draruntime"
 )
@@ -119,4 +121,96 @@ func heldOnlyBy(claim *resourceapi.ResourceClaim, pods sets.Set[types.UID]) bool
 		}
 	}
 	return len(claim.Status.ReservedFor) > 0
+}
+
+// steerByQuota hides from upstream's allocator, for this PreFilter, the
+// devices the pod's namespace's DeviceQuotas could not take
+// (devicequota.Steering), so that a request with alternatives is handed
+// one that fits the quota rather than refused after allocation. Gang
+// members are not steered: their plans choose devices for the whole
+// group, and Reserve's check refuses what does not fit. A steered pod
+// that no node fits is retried, as a refused one, when the quota changes
+// (quotaSteeredKey): what it was not shown may then fit. The returned
+// func stops hiding.
+func (pl *DRAScope) steerByQuota(ctx context.Context, state fwk.CycleState, c *preFilterCycle) (stop func()) {
+	none := func() {}
+	if pl.quotas == nil || pl.pools == nil || pl.manager == nil || !c.gathered || c.pod.Spec.SchedulingGroup != nil || len(c.claims.toAllocate) == 0 {
+		return none
+	}
+	seen := pl.quotas.QuotaNow(c.pod.Namespace)
+	quotas, enforced := pl.quotas.DeviceQuotas(c.pod.Namespace)
+	if !enforced || len(quotas) == 0 {
+		return none
+	}
+	used, _ := pl.namespaceUsage(c.pod.Namespace, func(*resourceapi.ResourceClaim) bool { return false })
+	steering, ok := devicequota.Steer(quotas, used, c.claims.toAllocate)
+	if !ok {
+		return none
+	}
+	hidden := pl.hiddenByQuota(ctx, steering)
+	if hidden.Len() == 0 {
+		return none
+	}
+	klog.FromContext(ctx).V(5).Info("Hiding devices a DeviceQuota could not take", "pod", klog.KObj(c.pod), "devices", hidden.Len())
+	state.Write(quotaSteeredKey, quotaSteeredData{seen: seen, note: steering.Note()})
+	return pl.manager.Hide(hidden)
+}
+
+// hiddenByQuota are the devices that every class of the pod accepting
+// them blocks (devicequota.Steering.Blocks).
+func (pl *DRAScope) hiddenByQuota(ctx context.Context, steering *devicequota.Steering) sets.Set[structured.DeviceID] {
+	hidden := sets.New[structured.DeviceID]()
+	listed, err := pl.manager.SharedDRAManager.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return hidden
+	}
+	classOf := map[string]*resourceapi.DeviceClass{}
+	class := func(name string) *resourceapi.DeviceClass {
+		if c, ok := classOf[name]; ok {
+			return c
+		}
+		c, err := pl.manager.DeviceClasses().Get(name)
+		if err != nil {
+			c = nil
+		}
+		classOf[name] = c
+		return c
+	}
+	accepts := func(name string, slice *resourceapi.ResourceSlice, device *resourceapi.Device) bool {
+		c := class(name)
+		if c == nil {
+			return false
+		}
+		if driver, ok := deviceclass.Driver(c); ok && driver != slice.Spec.Driver {
+			return false
+		}
+		return deviceclass.Accepts(ctx, c, slice.Spec.Driver, device)
+	}
+	blocked := steering.Classes()
+	for _, slice := range listed {
+		for i := range slice.Spec.Devices {
+			device := &slice.Spec.Devices[i]
+			if hides(steering, blocked, device, func(name string) bool { return accepts(name, slice, device) }) {
+				hidden.Insert(structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, device.Name))
+			}
+		}
+	}
+	return hidden
+}
+
+// hides reports whether a blocked class accepts the device and blocks it,
+// and no other class of the pod (open, or blocked without blocking it)
+// accepts it.
+func hides(steering *devicequota.Steering, blocked []string, device *resourceapi.Device, accepts func(class string) bool) bool {
+	hide := false
+	for _, name := range blocked {
+		if !accepts(name) {
+			continue
+		}
+		if !steering.Blocks(name, device) {
+			return false
+		}
+		hide = true
+	}
+	return hide && !steering.AnyOpen(accepts)
 }

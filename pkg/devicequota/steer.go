@@ -1,0 +1,214 @@
+package devicequota
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/drascope/drascope/apis/drascope/v1alpha1"
+)
+
+// Steering says which devices a pod must not be handed because its
+// namespace's DeviceQuotas could not take them, so that the allocator,
+// which never sees quotas, chooses among what is left: a prioritized
+// list's next alternative, a partition in place of a whole GPU. It hides
+// whole devices, as the allocator's in-use set does, so it can only say
+// what is certain of one device: every device of a class whose device
+// limit leaves fewer than the fewest a request of the pod asks of it, and
+// a device whose counters alone exceed what a counter limit leaves. What
+// only several devices together exceed, and consumable capacity (which
+// the request, not the device, decides), are left to the check after
+// allocation (Check).
+type Steering struct {
+	// blocked are the pod's classes some limit blocks: all their devices
+	// (all), or those consuming more of a counter than is left.
+	blocked map[string]*block
+	// open are the pod's classes nothing blocks.
+	open map[string]bool
+}
+
+type block struct {
+	all bool
+	// left is what the counter limits leave, the least of every quota's.
+	left map[string]resource.Quantity
+	// why names the limit: the device limit, or the counter limit that
+	// leaves least.
+	why string
+}
+
+// Steer returns the steering for a pod whose claims to allocate are
+// claims, given its namespace's quotas and what the namespace uses (in
+// flight included); ok is false when nothing is to be hidden. It also
+// hides nothing when a request of the pod can take no alternative at all
+// for the quota: the pod is then refused after allocation, with the limit
+// named (Check), rather than for devices it was not shown.
+func Steer(quotas []*v1alpha1.DeviceQuota, used Usage, claims []*resourceapi.ResourceClaim) (*Steering, bool) {
+	fewest := fewestAsked(claims)
+	if len(fewest) == 0 {
+		return nil, false
+	}
+	s := &Steering{blocked: map[string]*block{}, open: map[string]bool{}}
+	for class, count := range fewest {
+		if b := blockOf(quotas, used[class], class, count); b != nil {
+			s.blocked[class] = b
+		} else {
+			s.open[class] = true
+		}
+	}
+	if len(s.blocked) == 0 || !s.everyRequestHasAWay(claims) {
+		return nil, false
+	}
+	return s, true
+}
+
+// Classes are the classes some limit blocks, the ones whose devices
+// Hides may hide.
+func (s *Steering) Classes() []string {
+	classes := make([]string, 0, len(s.blocked))
+	for class := range s.blocked {
+		classes = append(classes, class)
+	}
+	return classes
+}
+
+// Note says, in one bounded line, that devices were not offered and
+// which limit kept them back (the first blocked class's, in name order).
+func (s *Steering) Note() string {
+	classes := s.Classes()
+	if len(classes) == 0 {
+		return ""
+	}
+	slices.Sort(classes)
+	return "devices were not offered that a DeviceQuota could not take (" + s.blocked[classes[0]].why + ")"
+}
+
+// AnyOpen reports whether accepts is true of a class of the pod that no
+// limit blocks.
+func (s *Steering) AnyOpen(accepts func(class string) bool) bool {
+	for class := range s.open {
+		if accepts(class) {
+			return true
+		}
+	}
+	return false
+}
+
+// Blocks reports whether the pod could not take the device under the
+// class without exceeding a limit: call it for a blocked class
+// (Classes) that accepts the device.
+func (s *Steering) Blocks(class string, device *resourceapi.Device) bool {
+	b := s.blocked[class]
+	if b == nil {
+		return false
+	}
+	if b.all {
+		return true
+	}
+	consumed := Amounts{}
+	for _, consumption := range device.ConsumesCounters {
+		for name, counter := range consumption.Counters {
+			addAll(&consumed.Counters, map[string]resource.Quantity{name: counter.Value})
+		}
+	}
+	for name, left := range b.left {
+		if need, ok := consumed.Counters[name]; ok && need.Cmp(left) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// fewestAsked is, for each class the claims' requests (or their
+// alternatives) name, the fewest devices one of them asks of it;
+// allocation mode All counts as one, and admin access (which counts
+// nothing) names no class.
+func fewestAsked(claims []*resourceapi.ResourceClaim) map[string]int64 {
+	fewest := map[string]int64{}
+	note := func(class string, mode resourceapi.DeviceAllocationMode, count int64, admin *bool) {
+		if admin != nil && *admin {
+			return
+		}
+		if mode != resourceapi.DeviceAllocationModeExactCount {
+			count = 1
+		}
+		if have, ok := fewest[class]; !ok || count < have {
+			fewest[class] = count
+		}
+	}
+	for _, claim := range claims {
+		for _, request := range claim.Spec.Devices.Requests {
+			if exact := request.Exactly; exact != nil {
+				note(exact.DeviceClassName, exact.AllocationMode, exact.Count, exact.AdminAccess)
+			}
+			for _, sub := range request.FirstAvailable {
+				note(sub.DeviceClassName, sub.AllocationMode, sub.Count, nil)
+			}
+		}
+	}
+	return fewest
+}
+
+// blockOf is what the quotas' limits on the class block for a pod that
+// asks at least fewest of its devices; nil: nothing.
+func blockOf(quotas []*v1alpha1.DeviceQuota, have *Amounts, class string, fewest int64) *block {
+	if have == nil {
+		have = &Amounts{}
+	}
+	var b block
+	for _, quota := range quotas {
+		for _, limit := range quota.Spec.Limits {
+			if limit.DeviceClassName != class {
+				continue
+			}
+			named := fmt.Sprintf("DeviceQuota %s/%s: class %s, ", quota.Namespace, quota.Name, class)
+			if limit.Devices != nil && have.Devices+fewest > *limit.Devices {
+				return &block{all: true, why: fmt.Sprintf("%sdevices: limit %d, used %d", named, *limit.Devices, have.Devices)}
+			}
+			for _, name := range slices.Sorted(maps.Keys(limit.Counters)) {
+				max, used := limit.Counters[name], have.Counters[name]
+				left := max.DeepCopy()
+				left.Sub(used)
+				if known, ok := b.left[name]; !ok || left.Cmp(known) < 0 {
+					if b.left == nil {
+						b.left = map[string]resource.Quantity{}
+					}
+					b.left[name] = left
+					b.why = fmt.Sprintf("%scounter %s: limit %s, used %s", named, name, max.String(), used.String())
+				}
+			}
+		}
+	}
+	if len(b.left) == 0 {
+		return nil
+	}
+	return &b
+}
+
+// everyRequestHasAWay reports whether each request of the claims has an
+// alternative (or its one class) that no limit blocks whole.
+func (s *Steering) everyRequestHasAWay(claims []*resourceapi.ResourceClaim) bool {
+	usable := func(class string, admin *bool) bool {
+		return (admin != nil && *admin) || s.open[class] || !s.blocked[class].all
+	}
+	for _, claim := range claims {
+		for _, request := range claim.Spec.Devices.Requests {
+			if exact := request.Exactly; exact != nil {
+				if !usable(exact.DeviceClassName, exact.AdminAccess) {
+					return false
+				}
+				continue
+			}
+			way := false
+			for _, sub := range request.FirstAvailable {
+				way = way || usable(sub.DeviceClassName, nil)
+			}
+			if !way {
+				return false
+			}
+		}
+	}
+	return true
+}
