@@ -21,11 +21,13 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -207,6 +209,9 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int, ch
 	entry := results.IndexEntry{TestCase: u.testCase, Workload: u.workload, Variant: v.name, Pair: pair, Position: position, Variants: chosen}
 	start := time.Now()
 	perf.RunBenchmarkPerfScheduling(b, config, v.name, registry(), perf.WithPrepareFn(func(tCtx ktesting.TContext) error {
+		if err := installCRDs(tCtx, tCtx.RESTConfig()); err != nil {
+			return err
+		}
 		// scheduler_perf does not reset every metric between runs: count
 		// from here.
 		var before metricsBefore
@@ -335,6 +340,11 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 	}
 	if !upstream && entry.Victims > entry.UrgentPods {
 		tCtx.Errorf("DRAScope preempted %d pods for %d urgent pods of one GPU each: some preempted twice", entry.Victims, entry.UrgentPods)
+	}
+	if !upstream {
+		if err := checkDeviceQuotas(tCtx); err != nil {
+			tCtx.Errorf("DeviceQuotas were not enforced: %v", err)
+		}
 	}
 	if !upstream && unhealthy > 0 {
 		tCtx.Errorf("DRAScope allocated %d devices that kubelet reported Unhealthy", unhealthy)
@@ -742,23 +752,38 @@ func counterSum(name string) (float64, error) {
 
 // registry is drascope's out-of-tree registry, with a runtime of its own for
 // the one scheduler a run builds, and one addition for scheduler_perf: its
-// in-process apiserver starts empty, so the ResourcePool CRD is installed
-// before DRAScope starts, as a deployment would have it.
+// in-process apiserver starts empty, so drascope's CRDs are installed
+// before DRAScope starts, as a deployment would have them.
 func registry() frameworkruntime.Registry {
 	factory := drascope.Factory(draruntime.New())
 	return frameworkruntime.Registry{
 		drascope.Name: func(ctx context.Context, args runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
-			crd, err := manifests.Files.ReadFile("crds/resourcepools.drascope.dev.yaml")
-			if err != nil {
-				return nil, err
-			}
-			if err := localcluster.Apply(ctx, fh.KubeConfig(), "manifests/crds/resourcepools.drascope.dev.yaml", crd); err != nil {
+			if err := installCRDs(ctx, fh.KubeConfig()); err != nil {
 				return nil, err
 			}
 			return factory(ctx, args, fh)
 		},
 		drascopepreemption.Name: drascopepreemption.New,
 	}
+}
+
+// crds are drascope's CRDs: every variant's apiserver serves them, so that
+// a workload may create DeviceQuotas whichever scheduler runs (upstream's
+// ignores them).
+var crds = []string{"crds/resourcepools.drascope.dev.yaml", "crds/devicequotas.drascope.dev.yaml"}
+
+// installCRDs installs drascope's CRDs where they are not yet served.
+func installCRDs(ctx context.Context, config *rest.Config) error {
+	for _, path := range crds {
+		crd, err := manifests.Files.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := localcluster.Apply(ctx, config, "manifests/"+path, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // unit is one workload of one test case.
