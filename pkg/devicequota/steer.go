@@ -32,6 +32,11 @@ type Steering struct {
 
 type block struct {
 	all bool
+	// spent: a counter limit has nothing left, so no device consuming the
+	// counter fits; one consuming none still may, so spent does not hide
+	// the class's devices whole, but a request of only this class is left
+	// to the check after allocation, whose message says what it needs.
+	spent bool
 	// left is what the counter limits leave, the least of every quota's.
 	left map[string]resource.Quantity
 	// why names the limit: the device limit, or the counter limit that
@@ -42,9 +47,11 @@ type block struct {
 // Steer returns the steering for a pod whose claims to allocate are
 // claims, given its namespace's quotas and what the namespace uses (in
 // flight included); ok is false when nothing is to be hidden. It also
-// hides nothing when a request of the pod can take no alternative at all
-// for the quota: the pod is then refused after allocation, with the limit
-// named (Check), rather than for devices it was not shown.
+// hides nothing when a request of the pod has no alternative that the
+// quota may take (none of its classes has a device left, or a counter
+// limit of each has nothing left): the pod is then refused after
+// allocation, with the limit and what it needs named (Check), rather
+// than for devices it was not shown.
 func Steer(quotas []*v1alpha1.DeviceQuota, used Usage, claims []*resourceapi.ResourceClaim) (*Steering, bool) {
 	fewest := fewestAsked(claims)
 	if len(fewest) == 0 {
@@ -176,6 +183,7 @@ func blockOf(quotas []*v1alpha1.DeviceQuota, have *Amounts, class string, fewest
 						b.left = map[string]resource.Quantity{}
 					}
 					b.left[name] = left
+					b.spent = b.spent || left.Sign() <= 0
 					b.why = fmt.Sprintf("%scounter %s: limit %s, used %s", named, name, max.String(), used.String())
 				}
 			}
@@ -191,7 +199,11 @@ func blockOf(quotas []*v1alpha1.DeviceQuota, have *Amounts, class string, fewest
 // alternative (or its one class) that no limit blocks whole.
 func (s *Steering) everyRequestHasAWay(claims []*resourceapi.ResourceClaim) bool {
 	usable := func(class string, admin *bool) bool {
-		return (admin != nil && *admin) || s.open[class] || !s.blocked[class].all
+		if admin != nil && *admin || s.open[class] {
+			return true
+		}
+		b := s.blocked[class]
+		return !b.all && !b.spent
 	}
 	for _, claim := range claims {
 		for _, request := range claim.Spec.Devices.Requests {

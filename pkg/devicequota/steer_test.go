@@ -66,6 +66,12 @@ func TestSteer(t *testing.T) {
 		quotas: []*v1alpha1.DeviceQuota{quota("q",
 			v1alpha1.DeviceClassLimit{DeviceClassName: "gpu-partition", DeviceAmounts: v1alpha1.DeviceAmounts{Devices: ptr.To[int64](0)}},
 			v1alpha1.DeviceClassLimit{DeviceClassName: "nic", DeviceAmounts: v1alpha1.DeviceAmounts{Devices: ptr.To[int64](0)}})},
+	}, {
+		name: "the partitions' memory spent and no NIC left: left to the check, which says what the pod needs",
+		quotas: []*v1alpha1.DeviceQuota{quota("q",
+			v1alpha1.DeviceClassLimit{DeviceClassName: "gpu-partition", DeviceAmounts: v1alpha1.DeviceAmounts{Counters: memory("40Gi")}},
+			v1alpha1.DeviceClassLimit{DeviceClassName: "nic", DeviceAmounts: v1alpha1.DeviceAmounts{Devices: ptr.To[int64](0)}})},
+		used: usedHalf,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			used := tc.used

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -152,15 +153,22 @@ func (r *Runtime) startQuotas(ctx context.Context, h Handle, config *restclient.
 	return nil
 }
 
-// namespaceUsage returns what each namespace's allocations use, as the
-// side cache has them, counted once per namespace for one pass over the
-// quotas.
+// NamespaceUsage is what the namespace's allocations use, as the side
+// cache has them (in flight included), split in two: the claims apart
+// selects (nil: none), and the others. Each claim's usage is counted once
+// per allocation (devicequota.Tally), for every profile.
+func (r *Runtime) NamespaceUsage(namespace string, apart func(*resourceapi.ResourceClaim) bool) (others, selected devicequota.Usage) {
+	return r.quotaTally.Sum(namespace, r.pools.AllocatedIn(namespace), r.pools.Device, apart)
+}
+
+// namespaceUsage returns what each namespace's allocations use, counted
+// once per namespace for one pass over the quotas.
 func (r *Runtime) namespaceUsage() func(namespace string) devicequota.Usage {
 	used := map[string]devicequota.Usage{}
 	return func(namespace string) devicequota.Usage {
 		usage, ok := used[namespace]
 		if !ok {
-			usage = devicequota.UsageOf(r.pools.AllocatedIn(namespace), r.pools.Device)
+			usage, _ = r.NamespaceUsage(namespace, nil)
 			used[namespace] = usage
 		}
 		return usage

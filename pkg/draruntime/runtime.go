@@ -45,6 +45,7 @@ import (
 	"github.com/drascope/drascope/apis/config"
 	"github.com/drascope/drascope/apis/config/validation"
 	"github.com/drascope/drascope/pkg/conflictcheck"
+	"github.com/drascope/drascope/pkg/devicequota"
 	"github.com/drascope/drascope/pkg/drausage"
 	"github.com/drascope/drascope/pkg/generated/clientset/versioned"
 	"github.com/drascope/drascope/pkg/health"
@@ -95,6 +96,9 @@ type Runtime struct {
 	holds *releasehold.Holds
 	// quotas are the DeviceQuotas enforced; nil when none are.
 	quotas *deviceQuotas
+	// quotaTally remembers each claim's usage for the quota checks and
+	// the quotas' status (NamespaceUsage).
+	quotaTally devicequota.Tally
 	// publisher writes ResourcePools; nil when publishing is off.
 	publisher *poolpublisher.Publisher
 	// synced reports whether the side cache has every slice and claim

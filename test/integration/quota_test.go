@@ -537,8 +537,10 @@ func TestDeviceQuotaSteersFirstAvailableByClass(t *testing.T) {
 
 // Partitions by counter: with 40Gi of an 80Gi memory limit used, a pod
 // that prefers a whole 80Gi GPU and else takes a 40Gi half gets the half.
-// With the limit reached, the next such pod is shown no partition at all,
-// says which limit hid them, and is placed when a half is released.
+// With the limit reached, the next such pod is refused after allocation,
+// with what it needs; once a half is released it is steered to a half. A
+// pod that asks only a whole GPU while 40Gi are left is shown none, and
+// says which limit hid them.
 func TestDeviceQuotaSteersFirstAvailableByCounter(t *testing.T) {
 	q := newQuotaScenario(t, nil)
 	for _, name := range []string{"a", "b"} {
@@ -557,10 +559,13 @@ func TestDeviceQuotaSteersFirstAvailableByCounter(t *testing.T) {
 		t.Errorf("second pod: allocated %v, want the half that fits the quota", got)
 	}
 	q.pod("third", prefersWhole)
-	q.waitForPodUnschedulable("third", fmt.Sprintf("devices were not offered that a DeviceQuota could not take (DeviceQuota %s/memory: class %s, counter memory: limit 80Gi, used 80Gi)", q.namespace, q.class))
+	q.waitForPodUnschedulable("third", fmt.Sprintf("DeviceQuota %s/memory: class %s, counter memory: limit 80Gi, used 80Gi, this pod needs 80Gi", q.namespace, q.class))
 	q.gone("first")
 	q.waitForPodScheduled("third")
 	if got := q.chosen("third"); !slices.Equal(got, []string{"gpu/half"}) {
 		t.Errorf("third pod: allocated %v, want a half", got)
 	}
+	q.gone("second")
+	q.pod("whole", q.request("gpu", 1, memory("80Gi")))
+	q.waitForPodUnschedulable("whole", fmt.Sprintf("devices were not offered that a DeviceQuota could not take (DeviceQuota %s/memory: class %s, counter memory: limit 80Gi, used 40Gi)", q.namespace, q.class))
 }

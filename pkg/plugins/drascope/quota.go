@@ -27,6 +27,7 @@ type quotaRuntime interface {
 	QuotaReserved() uint64
 	RetryWhenQuotaChanges(logger klog.Logger, pod *v1.Pod, seen draruntime.QuotaSeen)
 	RetryQuotaWaiters(logger klog.Logger, givenUp *v1.Pod, reserved uint64)
+	NamespaceUsage(namespace string, apart func(*resourceapi.ResourceClaim) bool) (others, selected devicequota.Usage)
 }
 
 // quotaExceeded refuses the pod when the allocations Reserve just put in
@@ -47,7 +48,7 @@ func (pl *DRAScope) quotaExceeded(ctx context.Context, state fwk.CycleState, pod
 	if !enforced || len(quotas) == 0 {
 		return nil
 	}
-	used, adding := pl.namespaceUsage(pod.Namespace, func(claim *resourceapi.ResourceClaim) bool { return added.Has(claim.UID) })
+	used, adding := pl.quotas.NamespaceUsage(pod.Namespace, func(claim *resourceapi.ResourceClaim) bool { return added.Has(claim.UID) })
 	excess, over := devicequota.Check(quotas, used, adding)
 	if !over {
 		state.Write(quotaReservedKey, quotaReservedData{epoch: pl.quotas.QuotaReserved()})
@@ -88,28 +89,12 @@ func (pl *DRAScope) quotaForbidsPreemption(ctx context.Context, pod *v1.Pod, cla
 		}
 	}
 	// What pods of lower priority alone hold, preemption may free.
-	used, _ := pl.namespaceUsage(pod.Namespace, func(claim *resourceapi.ResourceClaim) bool { return heldOnlyBy(claim, lower) })
+	used, _ := pl.quotas.NamespaceUsage(pod.Namespace, func(claim *resourceapi.ResourceClaim) bool { return heldOnlyBy(claim, lower) })
 	excess, over := devicequota.Check(quotas, used, need)
 	if over {
 		pl.quotas.RetryWhenQuotaChanges(klog.FromContext(ctx), pod, seen)
 	}
 	return excess, over
-}
-
-// namespaceUsage is what the namespace's allocations use, as the side
-// cache has them (in flight included), split in two: the claims apart
-// selects, and the others.
-func (pl *DRAScope) namespaceUsage(namespace string, apart func(*resourceapi.ResourceClaim) bool) (others, selected devicequota.Usage) {
-	others, selected = devicequota.Usage{}, devicequota.Usage{}
-	for _, claim := range pl.pools.AllocatedIn(namespace) {
-		usage := devicequota.OfAllocation(claim, claim.Status.Allocation, pl.pools.Device)
-		if apart(claim) {
-			selected.Add(usage)
-		} else {
-			others.Add(usage)
-		}
-	}
-	return others, selected
 }
 
 // heldOnlyBy reports whether the claim is reserved, and only for pods of
@@ -142,7 +127,7 @@ func (pl *DRAScope) steerByQuota(ctx context.Context, state fwk.CycleState, c *p
 	if !enforced || len(quotas) == 0 {
 		return none
 	}
-	used, _ := pl.namespaceUsage(c.pod.Namespace, func(*resourceapi.ResourceClaim) bool { return false })
+	used, _ := pl.quotas.NamespaceUsage(c.pod.Namespace, nil)
 	steering, ok := devicequota.Steer(quotas, used, c.claims.toAllocate)
 	if !ok {
 		return none
