@@ -192,6 +192,13 @@ type Run struct {
 	// SchedulingAlgorithm is the scheduling cycle's algorithm (PreFilter,
 	// Filter, Score), every attempt; ms.
 	SchedulingAlgorithm Quantiles
+	// SLIMs is the pod scheduling SLI (first enqueue to scheduled, the
+	// scheduler's scheduler_pod_scheduling_sli_duration_seconds) of the
+	// pods scheduled while measuring; ms.
+	SLIMs Quantiles
+	// Attempts are the scheduling attempts each of those pods took
+	// (scheduler_pod_scheduling_attempts).
+	Attempts Quantiles
 	// CPU is read from the CPU profile; zero without one.
 	CPU CPU
 	// Heap is read from the heap profile; zero without one.
@@ -252,7 +259,7 @@ func loadDir(dir string) ([]Run, error) {
 			return nil, fmt.Errorf("%s line %d: %w", IndexFile, line, err)
 		}
 		run := Run{IndexEntry: e, Throughput: missing, SnapshotDelayMs: missing, PeakHeapMB: math.NaN(),
-			PreFilterMs: missing, FilterMs: missing, SchedulingAttempt: missing, SchedulingAlgorithm: missing}
+			PreFilterMs: missing, FilterMs: missing, SchedulingAttempt: missing, SchedulingAlgorithm: missing, SLIMs: missing, Attempts: missing}
 		if e.ResultFile != "" {
 			if err := run.readResult(filepath.Join(dir, e.ResultFile)); err != nil {
 				return nil, err
@@ -307,6 +314,12 @@ func (r *Run) readResult(path string) error {
 			r.SchedulingAttempt = quantiles(item.Data)
 		case l["Metric"] == "scheduler_scheduling_algorithm_duration_seconds":
 			r.SchedulingAlgorithm = quantiles(item.Data)
+		case l["Metric"] == "scheduler_pod_scheduling_sli_duration_seconds":
+			r.SLIMs = quantiles(item.Data)
+		case l["Metric"] == "scheduler_pod_scheduling_attempts":
+			// scheduler_perf scales every histogram from seconds to ms.
+			q := quantiles(item.Data)
+			r.Attempts = Quantiles{q.Average / 1000, q.P50 / 1000, q.P90 / 1000, q.P99 / 1000}
 		}
 	}
 	return nil
@@ -342,6 +355,10 @@ type Row struct {
 	// of an even number is the lower middle one, likely one with DRAScope
 	// first; the mean weighs both orders alike.
 	GeoMean float64
+	// SLIP50Ratios and SLIP99Ratios are every pair's DRAScope SLI p50
+	// (p99) over upstream's, lowest first; empty where no pair measured
+	// the SLI.
+	SLIP50Ratios, SLIP99Ratios []float64
 }
 
 // Compare pairs the runs of each workload, in the order they ran. Pairs that
@@ -420,12 +437,16 @@ func Compare(runs []Run) ([]Row, error) {
 			return cmp.Compare(a.Upstream.Pair, b.Upstream.Pair)
 		})
 		row := complete[(len(complete)-1)/2]
-		logSum := 0.0
 		for _, c := range complete {
 			row.Ratios = append(row.Ratios, c.Ratio)
-			logSum += math.Log(c.Ratio)
+			if p50 := c.DRAScope.SLIMs.P50 / c.Upstream.SLIMs.P50; !math.IsNaN(p50) {
+				row.SLIP50Ratios = append(row.SLIP50Ratios, p50)
+				row.SLIP99Ratios = append(row.SLIP99Ratios, c.DRAScope.SLIMs.P99/c.Upstream.SLIMs.P99)
+			}
 		}
-		row.GeoMean = math.Exp(logSum / float64(len(complete)))
+		row.GeoMean = geoMean(row.Ratios)
+		slices.Sort(row.SLIP50Ratios)
+		slices.Sort(row.SLIP99Ratios)
 		rows = append(rows, row)
 	}
 	sort.Slice(rows, func(i, j int) bool { return workloads[rows[i].Workload].order < workloads[rows[j].Workload].order })
@@ -433,14 +454,14 @@ func Compare(runs []Run) ([]Row, error) {
 	return rows, errors.Join(errs...)
 }
 
-// WriteMarkdown prints the rows as the three tables of docs/perf.md:
-// throughput, latency and cost. A workload run in several pairs shows its
+// WriteMarkdown prints the rows as the tables of docs/perf.md:
+// throughput, latency and cost, and the SLI where a row measured it. A workload run in several pairs shows its
 // median pair, and the range and geometric mean of the ratios beside the
 // median. Without rows (-perf-variants left upstream out) it prints
 // nothing.
 func WriteMarkdown(w io.Writer, rows []Row) error {
-	for i, write := range []func(io.Writer, []Row) error{writeThroughput, writeLatency, writeCost} {
-		if i > 0 && len(rows) > 0 {
+	for i, write := range []func(io.Writer, []Row) error{writeThroughput, writeLatency, writeCost, writeSLI} {
+		if i > 0 && len(rows) > 0 && (i < 3 || slices.ContainsFunc(rows, func(r Row) bool { return len(r.SLIP50Ratios) > 0 })) {
 			if _, err := io.WriteString(w, "\n"); err != nil {
 				return err
 			}
@@ -497,6 +518,47 @@ func writeLatency(w io.Writer, rows []Row) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeSLI prints, for the rows that measured it, the pod scheduling SLI
+// of each row's median pair in seconds, every pair's DRAScope/upstream
+// ratio of its p50 and p99 (range and geometric mean beside the median
+// pair's), and the attempts per scheduled pod.
+func writeSLI(w io.Writer, rows []Row) error {
+	rows = slices.DeleteFunc(slices.Clone(rows), func(r Row) bool { return len(r.SLIP50Ratios) == 0 })
+	if len(rows) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("| Workload | Pod scheduling SLI p50/p90/p99 s (upstream; DRAScope) | DRAScope/upstream SLI p50 | DRAScope/upstream SLI p99 | Attempts per scheduled pod, avg (upstream; DRAScope) |\n")
+	b.WriteString("|---|---|---|---|---|\n")
+	seconds := func(q Quantiles) string {
+		return fmt.Sprintf("%s/%s/%s", num(q.P50/1000, 3), num(q.P90/1000, 3), num(q.P99/1000, 3))
+	}
+	ratios := func(median float64, all []float64) string {
+		out := num(median, 3)
+		if len(all) > 1 {
+			out = fmt.Sprintf("%s (%d pairs: %s–%s; geometric mean %s)", out, len(all), num(all[0], 3), num(all[len(all)-1], 3), num(geoMean(all), 3))
+		}
+		return out
+	}
+	for _, r := range rows {
+		u, d := r.Upstream, r.DRAScope
+		fmt.Fprintf(&b, "| %s | %s; %s | %s | %s | %s; %s |\n", r.Workload, seconds(u.SLIMs), seconds(d.SLIMs),
+			ratios(d.SLIMs.P50/u.SLIMs.P50, r.SLIP50Ratios), ratios(d.SLIMs.P99/u.SLIMs.P99, r.SLIP99Ratios),
+			num(u.Attempts.Average, 2), num(d.Attempts.Average, 2))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// geoMean is the geometric mean of values.
+func geoMean(values []float64) float64 {
+	logSum := 0.0
+	for _, v := range values {
+		logSum += math.Log(v)
+	}
+	return math.Exp(logSum / float64(len(values)))
 }
 
 // writeCost prints the CPU per pod of each row's median pair, and what

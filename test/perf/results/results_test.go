@@ -465,3 +465,49 @@ func TestCompareMedianPairWithoutFigures(t *testing.T) {
 		}
 	}
 }
+
+// The SLI table: the median pair's SLI in seconds, every pair's p50 and
+// p99 ratios, and the attempts per pod (scheduler_perf's ms scaling of
+// every histogram undone). A summary keeps them, and a summary written
+// before them reads as not measured.
+func TestWriteSLI(t *testing.T) {
+	run := func(variant string, pair int, p50, p99, attempts float64) Run {
+		r := Run{IndexEntry: IndexEntry{TestCase: "Churn", Workload: "a", Variant: variant, Pair: pair},
+			Throughput: Quantiles{Average: 20}, SLIMs: Quantiles{P50: p50, P90: p99, P99: p99}, Attempts: Quantiles{Average: attempts}}
+		return r
+	}
+	runs := []Run{
+		run(Upstream, 1, 2000, 8000, 1.5), run(DRAScope, 1, 400, 4000, 1.1),
+		run(Upstream, 2, 1000, 6000, 1.4), run(DRAScope, 2, 400, 3000, 1.2),
+	}
+	rows, err := Compare(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tableHas(t, rows,
+		"| Churn/a | 2.000/8.000/8.000; 0.400/4.000/4.000 | 0.200 (2 pairs: 0.200–0.400; geometric mean 0.283) | 0.500 (2 pairs: 0.500–0.500; geometric mean 0.500) | 1.50; 1.10 |")
+	var b strings.Builder
+	if err := WriteSummary(&b, Summary{Machine: "m", Command: "c", Commit: "x", Runs: runs[:1]}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "s.json")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadSummary(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Runs[0]; got.SLIMs.P50 != 2000 || got.Attempts.Average != 1.5 {
+		t.Errorf("summary round trip: SLI %+v, attempts %+v", got.SLIMs, got.Attempts)
+	}
+	old := strings.ReplaceAll(strings.ReplaceAll(b.String(), `"sliMs"`, `"x"`), `"attempts"`, `"y"`)
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if back, err = ReadSummary(path); err != nil {
+		t.Fatal(err)
+	} else if !math.IsNaN(back.Runs[0].SLIMs.P50) || !math.IsNaN(back.Runs[0].Attempts.Average) {
+		t.Errorf("a summary without the SLI reads as %+v, %+v; want not measured", back.Runs[0].SLIMs, back.Runs[0].Attempts)
+	}
+}

@@ -156,8 +156,11 @@ type runJSON struct {
 	FilterMs            quantilesJSON `json:"filterMs"`
 	SchedulingAttempt   quantilesJSON `json:"schedulingAttemptMs"`
 	SchedulingAlgorithm quantilesJSON `json:"schedulingAlgorithmMs"`
-	CPU                 CPU           `json:"cpu"`
-	Heap                Heap          `json:"heap"`
+	// Absent from summaries written before the report read them.
+	SLIMs    *quantilesJSON `json:"sliMs,omitempty"`
+	Attempts *quantilesJSON `json:"attempts,omitempty"`
+	CPU      CPU            `json:"cpu"`
+	Heap     Heap           `json:"heap"`
 }
 
 func (r Run) MarshalJSON() ([]byte, error) {
@@ -165,8 +168,26 @@ func (r Run) MarshalJSON() ([]byte, error) {
 		IndexEntry: r.IndexEntry, Throughput: r.Throughput.toJSON(), SnapshotDelayMs: r.SnapshotDelayMs.toJSON(),
 		PeakHeapMB: figure(r.PeakHeapMB), PreFilterMs: r.PreFilterMs.toJSON(), FilterMs: r.FilterMs.toJSON(),
 		SchedulingAttempt: r.SchedulingAttempt.toJSON(), SchedulingAlgorithm: r.SchedulingAlgorithm.toJSON(),
+		SLIMs: measured(r.SLIMs), Attempts: measured(r.Attempts),
 		CPU: r.CPU, Heap: r.Heap,
 	})
+}
+
+// measured is q as a summary holds it; nil where nothing was measured.
+func measured(q Quantiles) *quantilesJSON {
+	if math.IsNaN(q.Average) && math.IsNaN(q.P50) {
+		return nil
+	}
+	j := q.toJSON()
+	return &j
+}
+
+// orMissing is what a summary holds, or missing where it holds nothing.
+func orMissing(j *quantilesJSON) Quantiles {
+	if j == nil {
+		return missing
+	}
+	return j.quantiles()
 }
 
 func (r *Run) UnmarshalJSON(data []byte) error {
@@ -178,6 +199,7 @@ func (r *Run) UnmarshalJSON(data []byte) error {
 		IndexEntry: j.IndexEntry, Throughput: j.Throughput.quantiles(), SnapshotDelayMs: j.SnapshotDelayMs.quantiles(),
 		PeakHeapMB: float64(j.PeakHeapMB), PreFilterMs: j.PreFilterMs.quantiles(), FilterMs: j.FilterMs.quantiles(),
 		SchedulingAttempt: j.SchedulingAttempt.quantiles(), SchedulingAlgorithm: j.SchedulingAlgorithm.quantiles(),
+		SLIMs: orMissing(j.SLIMs), Attempts: orMissing(j.Attempts),
 		CPU: j.CPU, Heap: j.Heap,
 	}
 	return nil
@@ -194,6 +216,7 @@ var Tables = []Table{
 	{"throughput", compared(writeThroughput)},
 	{"latency", compared(writeLatency)},
 	{"cost", compared(writeCost)},
+	{"sli", compared(writeSLI)},
 	{"fragmentation", WriteFragmentation},
 	{"devicechoice", WriteDeviceChoice},
 	{"preemption", WritePreemption},
