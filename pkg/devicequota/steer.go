@@ -26,8 +26,9 @@ type Steering struct {
 	// blocked are the pod's classes some limit blocks: all their devices
 	// (all), or those consuming more of a counter than is left.
 	blocked map[string]*block
-	// open are the pod's classes nothing blocks.
-	open map[string]bool
+	// open are the pod's classes nothing blocks; admin, those of its
+	// admin-access requests, which use no quota.
+	open, admin map[string]bool
 }
 
 type block struct {
@@ -53,11 +54,11 @@ type block struct {
 // allocation, with the limit and what it needs named (Check), rather
 // than for devices it was not shown.
 func Steer(quotas []*v1alpha1.DeviceQuota, used Usage, claims []*resourceapi.ResourceClaim) (*Steering, bool) {
-	fewest := fewestAsked(claims)
+	fewest, admin := fewestAsked(claims)
 	if len(fewest) == 0 {
 		return nil, false
 	}
-	s := &Steering{blocked: map[string]*block{}, open: map[string]bool{}}
+	s := &Steering{blocked: map[string]*block{}, open: map[string]bool{}, admin: admin}
 	for class, count := range fewest {
 		if b := blockOf(quotas, used[class], class, count); b != nil {
 			s.blocked[class] = b
@@ -93,11 +94,14 @@ func (s *Steering) Note() string {
 }
 
 // AnyOpen reports whether accepts is true of a class of the pod that no
-// limit blocks.
+// limit blocks, or that an admin-access request of the pod names (admin
+// access uses no quota: its devices stay in view).
 func (s *Steering) AnyOpen(accepts func(class string) bool) bool {
-	for class := range s.open {
-		if accepts(class) {
-			return true
+	for _, classes := range []map[string]bool{s.open, s.admin} {
+		for class := range classes {
+			if accepts(class) {
+				return true
+			}
 		}
 	}
 	return false
@@ -121,7 +125,7 @@ func (s *Steering) Blocks(class string, device *resourceapi.Device) bool {
 		}
 	}
 	for name, left := range b.left {
-		if need, ok := consumed.Counters[name]; ok && need.Cmp(left) > 0 {
+		if need, ok := consumed.Counters[name]; ok && need.Sign() > 0 && need.Cmp(left) > 0 {
 			return true
 		}
 	}
@@ -130,12 +134,13 @@ func (s *Steering) Blocks(class string, device *resourceapi.Device) bool {
 
 // fewestAsked is, for each class the claims' requests (or their
 // alternatives) name, the fewest devices one of them asks of it;
-// allocation mode All counts as one, and admin access (which counts
-// nothing) names no class.
-func fewestAsked(claims []*resourceapi.ResourceClaim) map[string]int64 {
-	fewest := map[string]int64{}
-	note := func(class string, mode resourceapi.DeviceAllocationMode, count int64, admin *bool) {
-		if admin != nil && *admin {
+// allocation mode All counts as one. Admin access counts nothing: its
+// classes are apart (admin).
+func fewestAsked(claims []*resourceapi.ResourceClaim) (fewest map[string]int64, admin map[string]bool) {
+	fewest, admin = map[string]int64{}, map[string]bool{}
+	note := func(class string, mode resourceapi.DeviceAllocationMode, count int64, adminAccess *bool) {
+		if adminAccess != nil && *adminAccess {
+			admin[class] = true
 			return
 		}
 		if mode != resourceapi.DeviceAllocationModeExactCount {
@@ -155,7 +160,7 @@ func fewestAsked(claims []*resourceapi.ResourceClaim) map[string]int64 {
 			}
 		}
 	}
-	return fewest
+	return fewest, admin
 }
 
 // blockOf is what the quotas' limits on the class block for a pod that

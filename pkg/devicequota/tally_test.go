@@ -27,25 +27,36 @@ func TestTallyCountsEachAllocationOnce(t *testing.T) {
 	}
 	a, b := train("a", result("gpus", "gpu-0")), train("b", result("part/half", "half-0"))
 	var tally devicequota.Tally
-	others, selected := tally.Sum("team", []*resourceapi.ResourceClaim{a, b}, counting, func(c *resourceapi.ResourceClaim) bool { return c.UID == "b" })
+	others, selected := tally.Sum("team", []*resourceapi.ResourceClaim{a, b}, counting, 0, func(c *resourceapi.ResourceClaim) bool { return c.UID == "b" })
 	if others["gpu"].Devices != 1 || selected["gpu-partition"].Devices != 1 || others["gpu-partition"] != nil {
 		t.Fatalf("split: others %v, selected %v", others, selected)
 	}
 	if lookups != 2 {
 		t.Fatalf("%d device lookups for two results, want 2", lookups)
 	}
-	others, _ = tally.Sum("team", []*resourceapi.ResourceClaim{a, b}, counting, nil)
+	others, _ = tally.Sum("team", []*resourceapi.ResourceClaim{a, b}, counting, 0, nil)
 	if lookups != 2 || others["gpu"].Devices != 1 || others["gpu-partition"].Devices != 1 {
 		t.Errorf("summed again: %d lookups (want none more), usage %v", lookups, others)
 	}
 	reallocated := train("a", result("gpus", "gpu-0"), result("gpus", "gpu-1"))
-	others, _ = tally.Sum("team", []*resourceapi.ResourceClaim{reallocated}, counting, nil)
+	others, _ = tally.Sum("team", []*resourceapi.ResourceClaim{reallocated}, counting, 0, nil)
 	if lookups != 4 || others["gpu"].Devices != 2 || others["gpu-partition"] != nil {
 		t.Errorf("after a new allocation of a and b gone: %d lookups (want 4), usage %v", lookups, others)
 	}
+	// A slice changed: every usage is counted again.
+	if _, _ = tally.Sum("team", []*resourceapi.ResourceClaim{reallocated}, counting, 1, nil); lookups != 6 {
+		t.Errorf("after a slice change: %d lookups, want 6", lookups)
+	}
+	// A device not found is not remembered as counting nothing.
+	gone := func(structured.DeviceID) *resourceapi.Device { lookups++; return nil }
+	b2 := train("b", result("part/half", "half-0"))
+	tally.Sum("team", []*resourceapi.ResourceClaim{b2}, gone, 1, nil)
+	if others, _ = tally.Sum("team", []*resourceapi.ResourceClaim{b2}, counting, 1, nil); !quantityIs(others["gpu-partition"].Counters["memory"], "40Gi") {
+		t.Errorf("a half first counted while its slice was missing: usage %v, want its 40Gi once the slice is back", others["gpu-partition"])
+	}
 	// The sums never share what the tally keeps.
-	others["gpu"].Devices = 100
-	if again, _ := tally.Sum("team", []*resourceapi.ResourceClaim{reallocated}, counting, nil); again["gpu"].Devices != 2 {
+	others["gpu-partition"].Devices = 100
+	if again, _ := tally.Sum("team", []*resourceapi.ResourceClaim{b2}, counting, 1, nil); again["gpu-partition"].Devices != 1 {
 		t.Errorf("a sum changed by its caller changed the tally: %v", again)
 	}
 }

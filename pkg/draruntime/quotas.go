@@ -158,7 +158,8 @@ func (r *Runtime) startQuotas(ctx context.Context, h Handle, config *restclient.
 // selects (nil: none), and the others. Each claim's usage is counted once
 // per allocation (devicequota.Tally), for every profile.
 func (r *Runtime) NamespaceUsage(namespace string, apart func(*resourceapi.ResourceClaim) bool) (others, selected devicequota.Usage) {
-	return r.quotaTally.Sum(namespace, r.pools.AllocatedIn(namespace), r.pools.Device, apart)
+	slices := r.pools.SlicesChanged()
+	return r.quotaTally.Sum(namespace, r.pools.AllocatedIn(namespace), r.pools.Device, slices, apart)
 }
 
 // namespaceUsage returns what each namespace's allocations use, counted

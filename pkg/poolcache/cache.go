@@ -90,6 +90,8 @@ type Cache struct {
 	// allocation by namespace (device quotas count them), and
 	// claimNamespace is each such claim's.
 	allocatedIn    map[string]sets.Set[types.UID]
+	// slicesChanged: SlicesChanged.
+	slicesChanged uint64
 	claimNamespace map[types.UID]string
 	// onReleased: OnReleased.
 	onReleased func(namespace string)
@@ -256,10 +258,19 @@ func (c *Cache) Version() uint64 {
 	return c.version
 }
 
+// SlicesChanged counts the changes of slices the cache has recorded: a
+// device looked up (Device) before a change may read differently after.
+func (c *Cache) SlicesChanged() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.slicesChanged
+}
+
 // SetSlice records a ResourceSlice, added or updated.
 func (c *Cache) SetSlice(slice *resourceapi.ResourceSlice) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.slicesChanged++
 	id := drausage.PoolID{Driver: slice.Spec.Driver, Pool: slice.Spec.Pool.Name}
 	// A slice may move to another pool in an update; forget its old place.
 	if old, ok := c.slicePool[slice.Name]; ok && old != id {
@@ -284,6 +295,7 @@ func (c *Cache) removeSliceLocked(id drausage.PoolID, name string) {
 	if _, ok := c.slices[id][name]; !ok {
 		return
 	}
+	c.slicesChanged++
 	delete(c.slices[id], name)
 	delete(c.slicePool, name)
 	if len(c.slices[id]) == 0 {

@@ -227,6 +227,9 @@ type Verdict struct {
 	// Nominated are the pods nominated to the node whose devices came
 	// first.
 	Nominated []*v1.Pod
+	// Results are, when the claims fit, their allocations, in the order of
+	// Claims.
+	Results []resourceapi.AllocationResult
 }
 
 // Fits checks whether the pod's claims fit on the node with the devices of
@@ -276,7 +279,7 @@ func (w *WhatIf) Fits(ctx context.Context, node *v1.Node, onNode []*v1.Pod) Verd
 	case err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode):
 		verdict.Err = err
 	case results != nil:
-		verdict.Fit = true
+		verdict.Fit, verdict.Results = true, results
 	}
 	verdict.NetworkPools = n.ReachesNetworkPools()
 	return verdict

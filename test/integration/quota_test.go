@@ -569,3 +569,39 @@ func TestDeviceQuotaSteersFirstAvailableByCounter(t *testing.T) {
 	q.pod("whole", q.request("gpu", 1, memory("80Gi")))
 	q.waitForPodUnschedulable("whole", fmt.Sprintf("devices were not offered that a DeviceQuota could not take (DeviceQuota %s/memory: class %s, counter memory: limit 80Gi, used 40Gi)", q.namespace, q.class))
 }
+
+// Preemption chooses its victims inside the quota: of two pods of lower
+// priority on the node, one of the pod's own namespace at its quota and
+// one of another namespace, it evicts its own namespace's, though
+// DefaultPreemption would spare the one of higher priority (its own
+// namespace's) first and evict the other.
+func TestDeviceQuotaPreemptionChoosesVictimsInside(t *testing.T) {
+	q := newQuotaScenario(t, nil)
+	q.node("a", gpus(2, "a100")...)
+	q.limit("one", devices(1))
+	q.addClaimFor("mine", q.request("gpu", 1))
+	q.addPodWith("mine", schedulerName, fromClaim("mine"), withPriorityClass(q.priorityClass("middle", 20)))
+	q.waitForPodScheduled("mine")
+	other := newScenario(t, nil)
+	if _, err := env.client.ResourceV1().ResourceClaims(other.namespace).Create(q.ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "theirs"},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{q.request("gpu", 1)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other.addPodWith("theirs", schedulerName, fromClaim("theirs"), withPriorityClass(other.priorityClass("low", 10)))
+	other.waitForPodScheduled("theirs")
+
+	q.addClaimFor("urgent", q.request("gpu", 1))
+	q.addPodWith("urgent", schedulerName, fromClaim("urgent"), withPriorityClass(q.priorityClass("urgent", 1000)))
+	err := wait.PollUntilContextTimeout(q.ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		pod, err := env.client.CoreV1().Pods(q.namespace).Get(ctx, "mine", metav1.GetOptions{})
+		return err != nil || pod.DeletionTimestamp != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the pod's own namespace's pod was not preempted: %s", describeScheduling(q.getPod("urgent")))
+	}
+	if pod := other.getPod("theirs"); pod.DeletionTimestamp != nil || pod.Spec.NodeName == "" {
+		t.Fatalf("the other namespace's pod was preempted: %s", describeScheduling(pod))
+	}
+}

@@ -67,6 +67,9 @@ func (pl *DRAScope) filterWhatIf(ctx context.Context, state fwk.CycleState, w *w
 	case verdict.Err != nil:
 		return fwk.AsStatus(verdict.Err)
 	case verdict.Fit:
+		if refusal, refused := pl.quotaRefusesVictims(ctx, pod, w, verdict.Results); refused {
+			return fwk.NewStatus(fwk.Unschedulable, refusal)
+		}
 		return nil
 	}
 	reasons := []string{cannotAllocate}

@@ -85,6 +85,25 @@ func (pl *DRAScope) shortageNote(ctx context.Context, state fwk.CycleState, pod 
 	})
 }
 
+// retrySteered retries a pod that its DeviceQuotas hid devices from
+// (steerByQuota), as a refused one, when a node or pruning refused it for
+// its claims: what it was not shown may fit once the quota changes. A pod
+// that every node refused for something else (CPU, affinity) waits for
+// that.
+func (pl *DRAScope) retrySteered(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) {
+	steered, ok := fromCycle[quotaSteeredData](state, quotaSteeredKey)
+	if !ok || pl.quotas == nil {
+		return
+	}
+	if !refusedEarly(state) {
+		nodes, err := pl.snapshotNodes()
+		if err != nil || !slices.ContainsFunc(nodes, func(node *v1.Node) bool { return refusedForClaimsOnly(statuses, []*v1.Node{node}) }) {
+			return
+		}
+	}
+	pl.quotas.RetryWhenQuotaChanges(klog.FromContext(ctx), pod, steered.seen)
+}
+
 // refusedForClaimsOnly reports whether every node was refused because the
 // pod's claims cannot be allocated there: by Filter ("cannot allocate all
 // claims"), by pruning, or left out by this plugin's PreFilter alone. A
@@ -107,9 +126,7 @@ func refusedForClaimsOnly(statuses fwk.NodeToStatusReader, nodes []*v1.Node) boo
 }
 
 func (pl *DRAScope) postFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	if steered, ok := fromCycle[quotaSteeredData](state, quotaSteeredKey); ok && pl.quotas != nil {
-		pl.quotas.RetryWhenQuotaChanges(klog.FromContext(ctx), pod, steered.seen)
-	}
+	pl.retrySteered(ctx, state, pod, statuses)
 	if refusedEarly(state) {
 		// Upstream's PreFilter did not run, so its PostFilter would find
 		// no cycle state and fail. It would have nothing to do: the pod's

@@ -17,6 +17,8 @@ import (
 	"github.com/drascope/drascope/pkg/deviceclass"
 	"github.com/drascope/drascope/pkg/devicequota"
 	"github.com/drascope/drascope/pkg/draruntime"
+	"github.com/drascope/drascope/pkg/gangpreempt"
+	"github.com/drascope/drascope/pkg/whatif"
 )
 
 // quotaRuntime is what DeviceQuotas' enforcement needs of the
@@ -95,6 +97,37 @@ func (pl *DRAScope) quotaForbidsPreemption(ctx context.Context, pod *v1.Pod, cla
 		pl.quotas.RetryWhenQuotaChanges(klog.FromContext(ctx), pod, seen)
 	}
 	return excess, over
+}
+
+// quotaRefusesVictims says, in a preemption's dry run that removed pods
+// and found the pod's claims a fit (results, in the what-if's claim
+// order), when the pod's namespace's DeviceQuotas would still refuse that
+// allocation: only the claims the removed pods alone hold come off its
+// namespace's usage. The preemption then keeps, of the victims it tries
+// to spare, those of the pod's own namespace that the quota needs gone,
+// and evicts no pod for an allocation its quota would refuse. A pod
+// group's dry run is not checked: its removed pods are not the victims
+// it frees (the group's real cycle checks).
+func (pl *DRAScope) quotaRefusesVictims(ctx context.Context, pod *v1.Pod, w *whatif.WhatIf, results []resourceapi.AllocationResult) (string, bool) {
+	if pl.quotas == nil || pl.pools == nil || len(w.Removed()) == 0 || len(results) != len(w.Claims()) || gangpreempt.From(ctx) != nil {
+		return "", false
+	}
+	quotas, enforced := pl.quotas.DeviceQuotas(pod.Namespace)
+	if !enforced || len(quotas) == 0 {
+		return "", false
+	}
+	adding := devicequota.Usage{}
+	for i, claim := range w.Claims() {
+		adding.Add(devicequota.OfAllocation(claim, &results[i], pl.pools.Device))
+	}
+	gone := sets.KeySet(w.Removed())
+	used, _ := pl.quotas.NamespaceUsage(pod.Namespace, func(claim *resourceapi.ResourceClaim) bool { return heldOnlyBy(claim, gone) })
+	excess, over := devicequota.Check(quotas, used, adding)
+	if !over {
+		return "", false
+	}
+	klog.FromContext(ctx).V(5).Info("The victims tried leave the pod's DeviceQuota refusing it", "pod", klog.KObj(pod), "excess", excess.String())
+	return "with these victims, " + excess.String(), true
 }
 
 // heldOnlyBy reports whether the claim is reserved, and only for pods of
