@@ -90,9 +90,9 @@ type Cache struct {
 	// allocation by namespace (device quotas count them), and
 	// claimNamespace is each such claim's.
 	allocatedIn    map[string]sets.Set[types.UID]
+	claimNamespace map[types.UID]string
 	// slicesChanged: SlicesChanged.
 	slicesChanged uint64
-	claimNamespace map[types.UID]string
 	// onReleased: OnReleased.
 	onReleased func(namespace string)
 	taintRules map[string]*resourceapi.DeviceTaintRule

@@ -513,7 +513,9 @@ func TestDeviceQuotaSteersFirstAvailableByClass(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.client.ResourceV1().DeviceClasses().Delete(context.Background(), small, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.client.ResourceV1().DeviceClasses().Delete(context.Background(), small, metav1.DeleteOptions{})
+	})
 	devices := gpus(3, "a100")
 	for _, d := range gpus(2, "t4") {
 		d.Name = strings.Replace(d.Name, "gpu", "t4", 1)
