@@ -72,31 +72,39 @@ func Steer(quotas []*v1alpha1.DeviceQuota, used Usage, claims []*resourceapi.Res
 	return s, true
 }
 
-// Classes are the classes some limit blocks, the ones whose devices
-// Hides may hide.
-func (s *Steering) Classes() []string {
-	classes := make([]string, 0, len(s.blocked))
+// Hides reports whether the pod must not be shown the device: a class of
+// the pod that some limit blocks accepts it and blocks it (Blocks), and no
+// other class of the pod accepts it (one open, one of an admin-access
+// request, or one blocked without blocking it). accepts says whether a
+// class's selectors accept the device.
+func (s *Steering) Hides(device *resourceapi.Device, accepts func(class string) bool) bool {
+	hide := false
 	for class := range s.blocked {
-		classes = append(classes, class)
+		if !accepts(class) {
+			continue
+		}
+		if !s.Blocks(class, device) {
+			return false
+		}
+		hide = true
 	}
-	return classes
+	return hide && !s.anyOpen(accepts)
 }
 
 // Note says, in one bounded line, that devices were not offered and
 // which limit kept them back (the first blocked class's, in name order).
 func (s *Steering) Note() string {
-	classes := s.Classes()
+	classes := slices.Sorted(maps.Keys(s.blocked))
 	if len(classes) == 0 {
 		return ""
 	}
-	slices.Sort(classes)
 	return "devices were not offered that a DeviceQuota could not take (" + s.blocked[classes[0]].why + ")"
 }
 
-// AnyOpen reports whether accepts is true of a class of the pod that no
+// anyOpen reports whether accepts is true of a class of the pod that no
 // limit blocks, or that an admin-access request of the pod names (admin
 // access uses no quota: its devices stay in view).
-func (s *Steering) AnyOpen(accepts func(class string) bool) bool {
+func (s *Steering) anyOpen(accepts func(class string) bool) bool {
 	for _, classes := range []map[string]bool{s.open, s.admin} {
 		for class := range classes {
 			if accepts(class) {
@@ -108,8 +116,7 @@ func (s *Steering) AnyOpen(accepts func(class string) bool) bool {
 }
 
 // Blocks reports whether the pod could not take the device under the
-// class without exceeding a limit: call it for a blocked class
-// (Classes) that accepts the device.
+// class without exceeding a limit, for a class that accepts the device.
 func (s *Steering) Blocks(class string, device *resourceapi.Device) bool {
 	b := s.blocked[class]
 	if b == nil {

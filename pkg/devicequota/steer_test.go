@@ -92,15 +92,22 @@ func TestSteer(t *testing.T) {
 					}
 				}
 			}
+			// A device only one class accepts is hidden where that class
+			// blocks it; claim()'s admin-access request names gpu, whose
+			// devices stay in view.
 			for _, class := range []string{"gpu", "gpu-partition", "nic"} {
-				// claim()'s admin-access request names gpu: in view.
-				want := class == "gpu"
+				want := class != "gpu"
 				for _, open := range tc.open {
-					want = want || open == class
+					want = want && open != class
 				}
-				if got := steering.AnyOpen(func(c string) bool { return c == class }); got != want {
-					t.Errorf("class %s open: %v, want %v", class, got, want)
+				want = want && steering.Blocks(class, &resourceapi.Device{Name: "any"})
+				if got := steering.Hides(&resourceapi.Device{Name: "any"}, func(c string) bool { return c == class }); got != want {
+					t.Errorf("a device only class %s accepts: hidden %v, want %v", class, got, want)
 				}
+			}
+			// One that an open class accepts too is never hidden.
+			if steering.Hides(partition("80Gi"), func(string) bool { return true }) {
+				t.Error("a device every class accepts, open ones too, was hidden")
 			}
 			if note := steering.Note(); !strings.HasSuffix(note, tc.note) {
 				t.Errorf("note %q, want it to end in %q", note, tc.note)

@@ -263,15 +263,7 @@ func TestDeviceQuotaPreemptionStaysInside(t *testing.T) {
 	q.addPodWith("mine", schedulerName, fromClaim("mine"), withPriorityClass(high))
 	q.waitForPodScheduled("mine")
 	// The other GPU, held by another namespace's pod of low priority.
-	other := newScenario(t, nil)
-	if _, err := env.client.ResourceV1().ResourceClaims(other.namespace).Create(q.ctx, &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "theirs"},
-		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{q.request("gpu", 1)}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	other.addPodWith("theirs", schedulerName, fromClaim("theirs"), withPriorityClass(other.priorityClass("low", 10)))
-	other.waitForPodScheduled("theirs")
+	other := q.heldElsewhere("theirs", 10)
 
 	urgent := q.priorityClass("urgent", 1000)
 	q.addClaimFor("urgent", q.request("gpu", 1))
@@ -289,6 +281,23 @@ func TestDeviceQuotaPreemptionStaysInside(t *testing.T) {
 	if err != nil {
 		t.Fatalf("with the quota raised, the pod did not preempt: %s", describeScheduling(q.getPod("urgent")))
 	}
+}
+
+// heldElsewhere places, in a namespace of its own, a pod of the priority
+// whose claim takes one device of the scenario's class, and returns that
+// namespace's scenario.
+func (q *quotaScenario) heldElsewhere(name string, priority int32) *scenario {
+	q.t.Helper()
+	other := newScenario(q.t, nil)
+	if _, err := env.client.ResourceV1().ResourceClaims(other.namespace).Create(q.ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{q.request("gpu", 1)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		q.t.Fatal(err)
+	}
+	other.addPodWith(name, schedulerName, fromClaim(name), withPriorityClass(other.priorityClass("low", priority)))
+	other.waitForPodScheduled(name)
+	return other
 }
 
 // A randomized soak: three namespaces with random quotas (devices and
@@ -584,15 +593,7 @@ func TestDeviceQuotaPreemptionChoosesVictimsInside(t *testing.T) {
 	q.addClaimFor("mine", q.request("gpu", 1))
 	q.addPodWith("mine", schedulerName, fromClaim("mine"), withPriorityClass(q.priorityClass("middle", 20)))
 	q.waitForPodScheduled("mine")
-	other := newScenario(t, nil)
-	if _, err := env.client.ResourceV1().ResourceClaims(other.namespace).Create(q.ctx, &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "theirs"},
-		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{q.request("gpu", 1)}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	other.addPodWith("theirs", schedulerName, fromClaim("theirs"), withPriorityClass(other.priorityClass("low", 10)))
-	other.waitForPodScheduled("theirs")
+	other := q.heldElsewhere("theirs", 10)
 
 	q.addClaimFor("urgent", q.request("gpu", 1))
 	q.addPodWith("urgent", schedulerName, fromClaim("urgent"), withPriorityClass(q.priorityClass("urgent", 1000)))

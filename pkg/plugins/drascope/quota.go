@@ -174,8 +174,9 @@ func (pl *DRAScope) steerByQuota(ctx context.Context, state fwk.CycleState, c *p
 	return pl.manager.Hide(hidden)
 }
 
-// hiddenByQuota are the devices that every class of the pod accepting
-// them blocks (devicequota.Steering.Blocks).
+// hiddenByQuota are the devices the steering hides
+// (devicequota.Steering.Hides), by the class selectors as the allocator
+// evaluates them.
 func (pl *DRAScope) hiddenByQuota(ctx context.Context, steering *devicequota.Steering) sets.Set[structured.DeviceID] {
 	hidden := sets.New[structured.DeviceID]()
 	listed, err := pl.manager.SharedDRAManager.ResourceSlices().ListWithDeviceTaintRules()
@@ -204,31 +205,13 @@ func (pl *DRAScope) hiddenByQuota(ctx context.Context, steering *devicequota.Ste
 		}
 		return deviceclass.Accepts(ctx, c, slice.Spec.Driver, device)
 	}
-	blocked := steering.Classes()
 	for _, slice := range listed {
 		for i := range slice.Spec.Devices {
 			device := &slice.Spec.Devices[i]
-			if hides(steering, blocked, device, func(name string) bool { return accepts(name, slice, device) }) {
+			if steering.Hides(device, func(name string) bool { return accepts(name, slice, device) }) {
 				hidden.Insert(structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, device.Name))
 			}
 		}
 	}
 	return hidden
-}
-
-// hides reports whether a blocked class accepts the device and blocks it,
-// and no other class of the pod (open, or blocked without blocking it)
-// accepts it.
-func hides(steering *devicequota.Steering, blocked []string, device *resourceapi.Device, accepts func(class string) bool) bool {
-	hide := false
-	for _, name := range blocked {
-		if !accepts(name) {
-			continue
-		}
-		if !steering.Blocks(name, device) {
-			return false
-		}
-		hide = true
-	}
-	return hide && !steering.AnyOpen(accepts)
 }
