@@ -98,14 +98,20 @@ func OfAllocation(claim *resourceapi.ResourceClaim, allocation *resourceapi.Allo
 			continue
 		}
 		if device := lookup(id); device != nil {
-			for _, consumption := range device.ConsumesCounters {
-				for name, counter := range consumption.Counters {
-					addAll(&amounts.Counters, map[string]resource.Quantity{name: counter.Value})
-				}
-			}
+			addCounters(&amounts.Counters, device)
 		}
 	}
 	return usage
+}
+
+// addCounters adds what the device consumes of each shared counter, by
+// counter name, whichever counter set it is of.
+func addCounters(to *map[string]resource.Quantity, device *resourceapi.Device) {
+	for _, consumption := range device.ConsumesCounters {
+		for name, counter := range consumption.Counters {
+			addAll(to, map[string]resource.Quantity{name: counter.Value})
+		}
+	}
 }
 
 // UsageOf is what the allocations of the claims use, by class.

@@ -47,20 +47,22 @@ type block struct {
 
 // Steer returns the steering for a pod whose claims to allocate are
 // claims, given its namespace's quotas and what the namespace uses (in
-// flight included); ok is false when nothing is to be hidden. It also
+// flight included), which used counts only when a quota limits a class
+// the pod asks; ok is false when nothing is to be hidden. It also
 // hides nothing when a request of the pod has no alternative that the
 // quota may take (none of its classes has a device left, or a counter
 // limit of each has nothing left): the pod is then refused after
 // allocation, with the limit and what it needs named (Check), rather
 // than for devices it was not shown.
-func Steer(quotas []*v1alpha1.DeviceQuota, used Usage, claims []*resourceapi.ResourceClaim) (*Steering, bool) {
+func Steer(quotas []*v1alpha1.DeviceQuota, used func() Usage, claims []*resourceapi.ResourceClaim) (*Steering, bool) {
 	fewest, admin := fewestAsked(claims)
-	if len(fewest) == 0 {
+	if !limitsAny(quotas, fewest) {
 		return nil, false
 	}
+	usage := used()
 	s := &Steering{blocked: map[string]*block{}, open: map[string]bool{}, admin: admin}
 	for class, count := range fewest {
-		if b := blockOf(quotas, used[class], class, count); b != nil {
+		if b := blockOf(quotas, usage[class], class, count); b != nil {
 			s.blocked[class] = b
 		} else {
 			s.open[class] = true
@@ -125,14 +127,10 @@ func (s *Steering) Blocks(class string, device *resourceapi.Device) bool {
 	if b.all {
 		return true
 	}
-	consumed := Amounts{}
-	for _, consumption := range device.ConsumesCounters {
-		for name, counter := range consumption.Counters {
-			addAll(&consumed.Counters, map[string]resource.Quantity{name: counter.Value})
-		}
-	}
+	var consumed map[string]resource.Quantity
+	addCounters(&consumed, device)
 	for name, left := range b.left {
-		if need, ok := consumed.Counters[name]; ok && need.Sign() > 0 && need.Cmp(left) > 0 {
+		if need, ok := consumed[name]; ok && need.Sign() > 0 && need.Cmp(left) > 0 {
 			return true
 		}
 	}
@@ -168,6 +166,19 @@ func fewestAsked(claims []*resourceapi.ResourceClaim) (fewest map[string]int64, 
 		}
 	}
 	return fewest, admin
+}
+
+// limitsAny reports whether a limit of the quotas names one of the
+// classes.
+func limitsAny(quotas []*v1alpha1.DeviceQuota, classes map[string]int64) bool {
+	for _, quota := range quotas {
+		for _, limit := range quota.Spec.Limits {
+			if _, ok := classes[limit.DeviceClassName]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // blockOf is what the quotas' limits on the class block for a pod that

@@ -78,7 +78,7 @@ func TestSteer(t *testing.T) {
 			if used == nil {
 				used = devicequota.Usage{}
 			}
-			steering, ok := devicequota.Steer(tc.quotas, used, []*resourceapi.ResourceClaim{claim()})
+			steering, ok := devicequota.Steer(tc.quotas, func() devicequota.Usage { return used }, []*resourceapi.ResourceClaim{claim()})
 			if ok != (tc.blocks != nil) {
 				t.Fatalf("steering: %v, want %v", ok, tc.blocks != nil)
 			}
@@ -123,7 +123,7 @@ func TestSteerIgnoresAdminAccess(t *testing.T) {
 		{Name: "monitor", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeAll, AdminAccess: ptr.To(true)}},
 	}}}}
 	q := quota("q", v1alpha1.DeviceClassLimit{DeviceClassName: "gpu", DeviceAmounts: v1alpha1.DeviceAmounts{Devices: ptr.To[int64](0)}})
-	if _, ok := devicequota.Steer([]*v1alpha1.DeviceQuota{q}, devicequota.Usage{}, []*resourceapi.ResourceClaim{admin}); ok {
+	if _, ok := devicequota.Steer([]*v1alpha1.DeviceQuota{q}, func() devicequota.Usage { return devicequota.Usage{} }, []*resourceapi.ResourceClaim{admin}); ok {
 		t.Error("a claim of admin access only was steered")
 	}
 }

@@ -97,7 +97,7 @@ func (pl *DRAScope) retrySteered(ctx context.Context, state fwk.CycleState, pod 
 	}
 	if !refusedEarly(state) {
 		nodes, err := pl.snapshotNodes()
-		if err != nil || !slices.ContainsFunc(nodes, func(node *v1.Node) bool { return refusedForClaimsOnly(statuses, []*v1.Node{node}) }) {
+		if err != nil || statuses == nil || !slices.ContainsFunc(nodes, func(node *v1.Node) bool { return refusedForClaims(statuses.Get(node.Name)) }) {
 			return
 		}
 	}
@@ -113,16 +113,24 @@ func refusedForClaimsOnly(statuses fwk.NodeToStatusReader, nodes []*v1.Node) boo
 	if statuses == nil || len(nodes) == 0 {
 		return false
 	}
-	leftOut := fmt.Sprintf("node(s) didn't satisfy plugin(s) %v", []string{Name})
 	for _, node := range nodes {
-		status := statuses.Get(node.Name)
-		if status == nil || !slices.ContainsFunc(status.Reasons(), func(reason string) bool {
-			return strings.HasPrefix(reason, cannotAllocate) || reason == leftOut
-		}) {
+		if !refusedForClaims(statuses.Get(node.Name)) {
 			return false
 		}
 	}
 	return true
+}
+
+// leftOut is the reason a node left out by this plugin's PreFilter alone
+// gets.
+var leftOut = fmt.Sprintf("node(s) didn't satisfy plugin(s) %v", []string{Name})
+
+// refusedForClaims reports whether a node's status refuses it for the
+// pod's claims (refusedForClaimsOnly).
+func refusedForClaims(status *fwk.Status) bool {
+	return status != nil && slices.ContainsFunc(status.Reasons(), func(reason string) bool {
+		return strings.HasPrefix(reason, cannotAllocate) || reason == leftOut
+	})
 }
 
 func (pl *DRAScope) postFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {

@@ -160,7 +160,10 @@ func (pl *DRAScope) steerByQuota(ctx context.Context, state fwk.CycleState, c *p
 	if !enforced || len(quotas) == 0 {
 		return none
 	}
-	used, _ := pl.quotas.NamespaceUsage(c.pod.Namespace, nil)
+	used := func() devicequota.Usage {
+		others, _ := pl.quotas.NamespaceUsage(c.pod.Namespace, nil)
+		return others
+	}
 	steering, ok := devicequota.Steer(quotas, used, c.claims.toAllocate)
 	if !ok {
 		return none
@@ -183,27 +186,30 @@ func (pl *DRAScope) hiddenByQuota(ctx context.Context, steering *devicequota.Ste
 	if err != nil {
 		return hidden
 	}
-	classOf := map[string]*resourceapi.DeviceClass{}
-	class := func(name string) *resourceapi.DeviceClass {
-		if c, ok := classOf[name]; ok {
-			return c
+	// Each class looked up once, with the driver its selectors name, so
+	// that another driver's devices cost no CEL evaluation.
+	type known struct {
+		class  *resourceapi.DeviceClass
+		driver string
+	}
+	classes := map[string]known{}
+	class := func(name string) known {
+		k, ok := classes[name]
+		if !ok {
+			if c, err := pl.manager.DeviceClasses().Get(name); err == nil {
+				k.class = c
+				k.driver, _ = deviceclass.Driver(c)
+			}
+			classes[name] = k
 		}
-		c, err := pl.manager.DeviceClasses().Get(name)
-		if err != nil {
-			c = nil
-		}
-		classOf[name] = c
-		return c
+		return k
 	}
 	accepts := func(name string, slice *resourceapi.ResourceSlice, device *resourceapi.Device) bool {
-		c := class(name)
-		if c == nil {
+		k := class(name)
+		if k.class == nil || (k.driver != "" && k.driver != slice.Spec.Driver) {
 			return false
 		}
-		if driver, ok := deviceclass.Driver(c); ok && driver != slice.Spec.Driver {
-			return false
-		}
-		return deviceclass.Accepts(ctx, c, slice.Spec.Driver, device)
+		return deviceclass.Accepts(ctx, k.class, slice.Spec.Driver, device)
 	}
 	for _, slice := range listed {
 		for i := range slice.Spec.Devices {
