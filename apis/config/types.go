@@ -86,8 +86,10 @@ type PoolStatusArgs struct {
 	// ResourcePool; changes in between are coalesced.
 	MinPublishInterval metav1.Duration
 	// MaxWritesPerSecond is the budget of early writes (quiet pools before
-	// their deadline, repairs) and, apart, of new pools' creations.
+	// their deadline, repairs).
 	MaxWritesPerSecond int32
+	// MaxCreationsPerSecond is the budget of new pools' creations.
+	MaxCreationsPerSecond int32
 	// MaxPublishDelay is the delay from an allocation change to its
 	// ResourcePool write: every change is written by then.
 	MaxPublishDelay metav1.Duration

@@ -306,6 +306,7 @@ func (r *Runtime) start(ctx context.Context, h Handle, args *config.DRAScopeArgs
 		"publishResourcePools", args.PoolStatus.PublishResourcePools,
 		"minPublishInterval", args.PoolStatus.MinPublishInterval.Duration,
 		"maxWritesPerSecond", args.PoolStatus.MaxWritesPerSecond,
+		"maxCreationsPerSecond", args.PoolStatus.MaxCreationsPerSecond,
 		"maxPublishDelay", args.PoolStatus.MaxPublishDelay.Duration,
 		"deviceHealthPolicy", args.DeviceHealth.Policy,
 		"unhealthyHoldTime", args.DeviceHealth.UnhealthyHoldTime.Duration)
@@ -444,13 +445,6 @@ func (r *Runtime) startConflictChecks(ctx context.Context, h Handle) {
 	r.whileLeading(ctx, func() { checker.Run(ctx) })
 }
 
-// startPublisher makes the leader publish ResourcePools, or, with
-// publishing off, delete those an earlier configuration left. The process
-// leading scheduling publishes: its in-flight view is the authoritative
-// one, a new leader publishes as soon as it schedules, and a standby (which
-// under delayCacheUntilActive has no informers) never does. kube-scheduler
-// exits when it stops leading, so there is one term per process. It returns
-// the publisher, nil when publishing is off.
 // drascopeAPIConfig is the client config for drascope.dev's resources,
 // named by what uses it.
 func drascopeAPIConfig(h Handle, userAgent string) *restclient.Config {
@@ -468,6 +462,13 @@ func drascopeAPIConfig(h Handle, userAgent string) *restclient.Config {
 	return config
 }
 
+// startPublisher makes the leader publish ResourcePools, or, with
+// publishing off, delete those an earlier configuration left. The process
+// leading scheduling publishes: its in-flight view is the authoritative
+// one, a new leader publishes as soon as it schedules, and a standby (which
+// under delayCacheUntilActive has no informers) never does. kube-scheduler
+// exits when it stops leading, so there is one term per process. It returns
+// the publisher, nil when publishing is off.
 func (r *Runtime) startPublisher(ctx context.Context, h Handle, args *config.DRAScopeArgs) (*poolpublisher.Publisher, error) {
 	logger := klog.FromContext(ctx)
 	poolClient, err := versioned.NewForConfig(drascopeAPIConfig(h, "resourcepools"))
@@ -480,16 +481,17 @@ func (r *Runtime) startPublisher(ctx context.Context, h Handle, args *config.DRA
 		return nil, nil
 	}
 	publisher := poolpublisher.New(r.pools, poolClient, poolpublisher.Options{
-		MinInterval:        args.PoolStatus.MinPublishInterval.Duration,
-		MaxWritesPerSecond: args.PoolStatus.MaxWritesPerSecond,
-		MaxDelay:           args.PoolStatus.MaxPublishDelay.Duration,
-		DeviceHealthPolicy: string(args.DeviceHealth.Policy),
-		Synced:             r.synced,
-		Observe:            metrics.ObserveSync,
-		ObservePublished:   metrics.ObservePublished,
-		ObserveWrite:       metrics.ObserveWrite,
-		ObserveOverBudget:  metrics.ObserveDueWrite,
-		ObserveWriteFloor:  metrics.ObserveWriteFloor,
+		MinInterval:           args.PoolStatus.MinPublishInterval.Duration,
+		MaxWritesPerSecond:    args.PoolStatus.MaxWritesPerSecond,
+		MaxCreationsPerSecond: args.PoolStatus.MaxCreationsPerSecond,
+		MaxDelay:              args.PoolStatus.MaxPublishDelay.Duration,
+		DeviceHealthPolicy:    string(args.DeviceHealth.Policy),
+		Synced:                r.synced,
+		Observe:               metrics.ObserveSync,
+		ObservePublished:      metrics.ObservePublished,
+		ObserveWrite:          metrics.ObserveWrite,
+		ObserveOverBudget:     metrics.ObserveDueWrite,
+		ObserveWriteFloor:     metrics.ObserveWriteFloor,
 	})
 	r.publisher = publisher
 	r.whileLeading(ctx, func() {

@@ -62,7 +62,7 @@ var (
 	// creation, which is paced apart from the writes of changes.
 	FirstPublishDelay = metrics.NewHistogramVec(&metrics.HistogramOpts{
 		Name:           "drascope_resourcepool_first_publish_delay_seconds",
-		Help:           "Delay between a new pool's oldest change and the creation of its ResourcePool, which is paced at poolStatus.maxWritesPerSecond apart from the writes of changes; not part of drascope_resourcepool_publish_delay_seconds.",
+		Help:           "Delay between a new pool's oldest change and the creation of its ResourcePool, which is paced at poolStatus.maxCreationsPerSecond apart from the writes of changes; not part of drascope_resourcepool_publish_delay_seconds.",
 		Buckets:        metrics.ExponentialBuckets(0.001, 2, 22),
 		StabilityLevel: metrics.ALPHA,
 	}, nil)

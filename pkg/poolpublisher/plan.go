@@ -194,11 +194,27 @@ type decision struct {
 	pending bool
 }
 
+// object says what a sync of a pool would start from.
+type object int
+
+const (
+	// hasObject: the pool has its object, to update or delete.
+	hasObject object = iota
+	// toCreate: the pool has no object, and a snapshot to create it from.
+	toCreate
+	// nothingToWrite: neither an object nor a snapshot (a pool gone before
+	// its creation, or not yet counted): a sync writes nothing, so it
+	// takes no creation token, which would hold back every new pool queued
+	// after it.
+	nothingToWrite
+)
+
 // decide says whether a sync of the pool may go now. One that goes takes
 // up the pool's unwritten change: a change after this starts a deadline of
-// its own. exists says whether the pool has an object yet.
-func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
+// its own.
+func (p *plan) decide(id drausage.PoolID, now time.Time, obj object) decision {
 	st := p.pool(id)
+	exists := obj == hasObject
 	st.new = !exists
 	if !st.lastWrite.IsZero() {
 		if wait := st.lastWrite.Add(p.minInterval).Sub(now); wait > 0 {
@@ -207,6 +223,12 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
 	}
 	if st.since.IsZero() {
 		return decision{}
+	}
+	if obj == nothingToWrite {
+		// A token it holds goes unused; the limiter has counted it.
+		st.tokenAt = time.Time{}
+		delete(p.settling, id)
+		return p.take(st, withinBudget)
 	}
 	tn, wait, settling := p.turnFor(st, now, exists)
 	if settling {
@@ -223,6 +245,11 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, exists bool) decision {
 		}
 		return decision{wait: wait}
 	}
+	return p.take(st, tn)
+}
+
+// take lets a sync of the pool go now, with its unwritten change.
+func (p *plan) take(st *poolPlan, tn turn) decision {
 	d := decision{turn: tn, since: st.since, pending: true}
 	st.writing, st.since = st.since, time.Time{}
 	p.unwritten--

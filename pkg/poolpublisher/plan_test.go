@@ -33,21 +33,21 @@ func TestPlanTurns(t *testing.T) {
 	p := newPlan(testMinInterval, testMaxDelay, 1, rate.NewLimiter(1, 1), rate.NewLimiter(1, 1))
 	a, b, c, fresh := testPool(1), testPool(2), testPool(3), testPool(4)
 
-	if d := p.decide(a, now, true); d.pending || d.wait != 0 {
+	if d := p.decide(a, now, hasObject); d.pending || d.wait != 0 {
 		t.Errorf("a pool without changes: %+v, want a sync without a turn at once", d)
 	}
 	p.changed(a, now, now)
-	if d := p.decide(a, now, true); d.turn != withinBudget || !d.pending || !d.since.Equal(now) {
+	if d := p.decide(a, now, hasObject); d.turn != withinBudget || !d.pending || !d.since.Equal(now) {
 		t.Errorf("a quiet pool's change: %+v, want it taken up within the budget", d)
 	}
 	p.wrote(a, now, now.Add(10*time.Millisecond))
 
 	// The bucket is empty; the next token comes in a second.
 	p.changed(b, now, now)
-	if d := p.decide(b, now, true); d.wait != second {
+	if d := p.decide(b, now, hasObject); d.wait != second {
 		t.Errorf("second pool: %+v, want to wait 1s for its token", d)
 	}
-	if d := p.decide(b, now.Add(second), true); d.turn != withinBudget {
+	if d := p.decide(b, now.Add(second), hasObject); d.turn != withinBudget {
 		t.Errorf("second pool when its token came: %+v, want within the budget", d)
 	}
 
@@ -57,10 +57,10 @@ func TestPlanTurns(t *testing.T) {
 	// asked again when everything may have settled.
 	changedAt := now.Add(300 * time.Millisecond)
 	p.changed(a, changedAt, changedAt)
-	if d := p.decide(a, changedAt, true); d.wait != 700*time.Millisecond {
+	if d := p.decide(a, changedAt, hasObject); d.wait != 700*time.Millisecond {
 		t.Errorf("a change within the minimum interval of the write: %+v, want to wait 700ms", d)
 	}
-	if d := p.decide(a, now.Add(second), true); d.wait != testMaxDelay/4 {
+	if d := p.decide(a, now.Add(second), hasObject); d.wait != testMaxDelay/4 {
 		t.Errorf("after the minimum interval, written 1s ago: %+v, want to wait for the settle check, and ask again in a quarter of the delay at the latest", d)
 	}
 	if in, ok := p.settleCheckIn(now.Add(second)); !ok || in != 300*time.Millisecond {
@@ -68,7 +68,7 @@ func TestPlanTurns(t *testing.T) {
 	}
 	for at := now.Add(second); at.Before(now.Add(5 * second)); at = at.Add(500 * time.Millisecond) {
 		p.changed(a, at, at)
-		if d := p.decide(a, at, true); d.wait <= 0 {
+		if d := p.decide(a, at, hasObject); d.wait <= 0 {
 			t.Fatalf("a pool changing every 500ms went early at %s: %+v", at.Sub(now), d)
 		}
 	}
@@ -76,7 +76,7 @@ func TestPlanTurns(t *testing.T) {
 	// the minimum interval after, although it was written less than the
 	// delay ago. Its oldest change came 300ms after the write.
 	settled := now.Add(5500 * time.Millisecond)
-	if d := p.decide(a, settled.Add(-time.Millisecond), true); d.wait <= 0 {
+	if d := p.decide(a, settled.Add(-time.Millisecond), hasObject); d.wait <= 0 {
 		t.Errorf("just before everything settled: %+v, want to wait", d)
 	}
 	if ids, wait := p.wakeSettled(settled.Add(-time.Millisecond)); ids != nil || wait != time.Millisecond {
@@ -88,7 +88,7 @@ func TestPlanTurns(t *testing.T) {
 	if _, ok := p.settleCheckIn(settled); ok {
 		t.Errorf("a settle check asked for after the pools waiting for it were woken")
 	}
-	if d := p.decide(a, settled, true); d.turn != withinBudget || !d.since.Equal(changedAt) {
+	if d := p.decide(a, settled, hasObject); d.turn != withinBudget || !d.since.Equal(changedAt) {
 		t.Errorf("everything settled, a's change not yet due: %+v, want its change from %s taken up within the budget", d, changedAt.Sub(now))
 	}
 	p.wrote(a, settled, settled.Add(10*time.Millisecond))
@@ -100,7 +100,7 @@ func TestPlanTurns(t *testing.T) {
 	quiet := settled.Add(testMaxDelay)
 	for at := aChanged.Add(second); at.Before(quiet); at = at.Add(500 * time.Millisecond) {
 		p.changed(b, at, at)
-		d := p.decide(a, at, true)
+		d := p.decide(a, at, hasObject)
 		if d.wait <= 0 {
 			t.Fatalf("a settled pool written %s ago went early at %s while another pool changes: %+v", at.Sub(settled), at.Sub(now), d)
 		}
@@ -108,7 +108,7 @@ func TestPlanTurns(t *testing.T) {
 			t.Fatalf("at %s: %+v, want to be asked again by the delay after its write, %s", at.Sub(now), d, quiet.Sub(now))
 		}
 	}
-	if d := p.decide(a, quiet, true); d.turn != withinBudget || !d.since.Equal(aChanged) {
+	if d := p.decide(a, quiet, hasObject); d.turn != withinBudget || !d.since.Equal(aChanged) {
 		t.Errorf("the delay after its write, while another pool changes: %+v, want its change taken up within the budget", d)
 	}
 
@@ -121,10 +121,10 @@ func TestPlanTurns(t *testing.T) {
 	// pool's at the latency measured so far (2ms). The pool is asked again
 	// every quarter of the delay meanwhile: the deadline moves earlier as
 	// pools queue up.
-	if d, due := p.decide(c, now.Add(second), true), p.deadline(now); d.wait != testMaxDelay/4 || due.Sub(now) < 9900*time.Millisecond {
+	if d, due := p.decide(c, now.Add(second), hasObject), p.deadline(now); d.wait != testMaxDelay/4 || due.Sub(now) < 9900*time.Millisecond {
 		t.Errorf("no token before the deadline (%s): %+v, want to ask again in a quarter of the delay", due.Sub(now), d)
 	}
-	if d := p.decide(c, now.Add(testMaxDelay), true); d.turn != pastBudget {
+	if d := p.decide(c, now.Add(testMaxDelay), hasObject); d.turn != pastBudget {
 		t.Errorf("at the deadline: %+v, want past the budget", d)
 	}
 
@@ -132,12 +132,24 @@ func TestPlanTurns(t *testing.T) {
 	p.creations = rate.NewLimiter(rate.Every(time.Minute), 1)
 	p.creations.Allow()
 	p.changed(fresh, now, now)
-	if d := p.decide(fresh, now.Add(time.Hour), true); d.turn != pastBudget {
+	if d := p.decide(fresh, now.Add(time.Hour), hasObject); d.turn != pastBudget {
 		t.Errorf("a due change of a pool with an object: %+v, want past the budget", d)
 	}
 	p.changed(fresh, now, now)
-	if d := p.decide(fresh, now.Add(20*second), false); d.wait <= 0 {
+	if d := p.decide(fresh, now.Add(20*second), toCreate); d.wait <= 0 {
 		t.Errorf("a new pool 20s after its change, no creation token: %+v, want to wait for one", d)
+	}
+
+	// A pool gone before its creation goes at once, holding no token and
+	// taking none: the pools queued after it are not held back.
+	gone := testPool(9)
+	p.creations = rate.NewLimiter(rate.Every(time.Minute), 1)
+	p.changed(gone, now, now)
+	if d := p.decide(gone, now, nothingToWrite); d.wait != 0 || !d.pending {
+		t.Errorf("a pool with nothing to write: %+v, want to go at once", d)
+	}
+	if !p.creations.AllowN(now, 1) {
+		t.Errorf("a pool with nothing to write took the creations' token")
 	}
 }
 
@@ -252,7 +264,11 @@ func (s *simulation) step() {
 			}
 			continue
 		}
-		d := s.plan.decide(testPool(i), s.now, s.exists[i])
+		obj := toCreate
+		if s.exists[i] {
+			obj = hasObject
+		}
+		d := s.plan.decide(testPool(i), s.now, obj)
 		s.asks++
 		if d.wait > 0 {
 			s.addAfter(i, d.wait)

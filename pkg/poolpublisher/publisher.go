@@ -42,6 +42,10 @@ type Options struct {
 	// MaxWritesPerSecond, when positive, bounds the writes across all pools
 	// whose changes are not yet due.
 	MaxWritesPerSecond int32
+	// MaxCreationsPerSecond, when positive, paces the creation of the
+	// objects of pools that have none, from a budget of its own (a
+	// second's worth at once); by default MaxWritesPerSecond.
+	MaxCreationsPerSecond int32
 	// MaxDelay, when positive, is the delay from a change to its write that
 	// the publisher aims to stay under: a pool whose oldest unwritten change
 	// reaches its deadline (this delay, less what the writes queued ahead
@@ -90,7 +94,7 @@ type Publisher struct {
 	client versioned.Interface
 	// writes are the client's ResourcePool writes, within the budget.
 	writes typedv1alpha1.ResourcePoolInterface
-	// budget and creations are the write budget of quiet pools' changes
+	// budget and creations are the write budgets of quiet pools' changes
 	// and of first publications; nil without MaxWritesPerSecond. Writes
 	// that no turn admitted (repairs) wait for budget's tokens.
 	budget, creations *rate.Limiter
@@ -141,7 +145,11 @@ func New(source Source, client versioned.Interface, opts Options) *Publisher {
 	}
 	if opts.MaxWritesPerSecond > 0 {
 		p.budget = rate.NewLimiter(rate.Limit(opts.MaxWritesPerSecond), int(opts.MaxWritesPerSecond))
-		p.creations = rate.NewLimiter(rate.Limit(opts.MaxWritesPerSecond), int(opts.MaxWritesPerSecond))
+		creations := opts.MaxCreationsPerSecond
+		if creations <= 0 {
+			creations = opts.MaxWritesPerSecond
+		}
+		p.creations = rate.NewLimiter(rate.Limit(creations), int(creations))
 		p.writes = newThrottledWrites(p.writes, p.budget, opts.ObserveOverBudget)
 	}
 	source.Subscribe(func(changed []drausage.PoolID) {

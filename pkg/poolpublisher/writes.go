@@ -34,9 +34,16 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	}
 
 	existing, _ := p.current(t, id)
+	obj := hasObject
+	if existing == nil {
+		obj = toCreate
+		if p.source.Get(id) == nil {
+			obj = nothingToWrite
+		}
+	}
 	start := p.clock.Now()
 	p.mu.Lock()
-	d := t.plan.decide(id, start, existing != nil)
+	d := t.plan.decide(id, start, obj)
 	settleIn, settling := t.plan.settleCheckIn(start)
 	p.mu.Unlock()
 	if d.wait > 0 {

@@ -54,7 +54,7 @@ profiles:
 }
 
 var (
-	defaultPoolStatus   = config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}}
+	defaultPoolStatus   = config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxCreationsPerSecond: 50, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}}
 	defaultDeviceHealth = config.DeviceHealthArgs{UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}}
 )
 
@@ -87,6 +87,7 @@ func TestLoadArgs(t *testing.T) {
         publishResourcePools: false
         minPublishInterval: 250ms
         maxWritesPerSecond: 20
+        maxCreationsPerSecond: 200
         maxPublishDelay: 4s
       deviceHealth:
         policy: Ignore
@@ -99,7 +100,7 @@ func TestLoadArgs(t *testing.T) {
 				FilterTimeout:  &metav1.Duration{Duration: 3 * time.Second},
 				BindingTimeout: &metav1.Duration{Duration: 2 * time.Minute},
 				AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: false},
-				PoolStatus:     config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: 250 * time.Millisecond}, MaxWritesPerSecond: 20, MaxPublishDelay: metav1.Duration{Duration: 4 * time.Second}},
+				PoolStatus:     config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: 250 * time.Millisecond}, MaxWritesPerSecond: 20, MaxCreationsPerSecond: 200, MaxPublishDelay: metav1.Duration{Duration: 4 * time.Second}},
 				DeviceHealth:   config.DeviceHealthArgs{Policy: config.DeviceHealthIgnore, UnhealthyHoldTime: metav1.Duration{Duration: 90 * time.Second}},
 				Scoring:        config.ScoringArgs{Strategy: config.ScoringMostAllocated},
 				DeviceChoice:   config.DeviceChoiceBestFit,

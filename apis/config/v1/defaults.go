@@ -17,6 +17,13 @@ const DefaultMinPublishInterval = time.Second
 // measurable scheduling throughput.
 const DefaultMaxWritesPerSecond = 5
 
+// DefaultMaxCreationsPerSecond is the default of
+// poolStatus.maxCreationsPerSecond: after an install on a 5000-node
+// cluster, every pool shows in about 100s; each creation is one small
+// request, the rate kube-scheduler's default client (clientConnection.qps)
+// is allowed.
+const DefaultMaxCreationsPerSecond = 50
+
 // DefaultMaxPublishDelay is the default of poolStatus.maxPublishDelay:
 // KEP-5677's SLO for ResourcePool status.
 const DefaultMaxPublishDelay = 10 * time.Second
@@ -47,6 +54,9 @@ func SetDefaults_DRAScopeArgs(obj *DRAScopeArgs) {
 	}
 	if obj.PoolStatus.MaxWritesPerSecond == nil {
 		obj.PoolStatus.MaxWritesPerSecond = ptr.To[int32](DefaultMaxWritesPerSecond)
+	}
+	if obj.PoolStatus.MaxCreationsPerSecond == nil {
+		obj.PoolStatus.MaxCreationsPerSecond = ptr.To[int32](DefaultMaxCreationsPerSecond)
 	}
 	if obj.PoolStatus.MaxPublishDelay == nil {
 		obj.PoolStatus.MaxPublishDelay = &metav1.Duration{Duration: DefaultMaxPublishDelay}

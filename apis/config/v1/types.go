@@ -116,11 +116,18 @@ type PoolStatusArgs struct {
 	// MaxWritesPerSecond is the budget of early writes: writes of quiet
 	// pools before their deadline (see maxPublishDelay), and repairs.
 	// A pool whose change reaches its deadline is written whatever the
-	// budget. New pools' objects are created at this pace too, from a
-	// budget of their own, so that the first publication of many pools
-	// is spread out. Default 5; must be at least 1.
+	// budget. Default 5; must be at least 1.
 	// +optional
 	MaxWritesPerSecond *int32 `json:"maxWritesPerSecond,omitempty"`
+	// MaxCreationsPerSecond paces the first publication of pools: the
+	// creation of the object of a pool that has none (after an install,
+	// a leader change that lost objects, or nodes joining), from a budget
+	// of its own, a second's worth at once and then this many a second.
+	// Each creation is one request, which takes its token from the
+	// scheduler client's rate limiter (clientConnection.qps) as binding
+	// does. Default 50 (5000 pools in about 100s); must be at least 1.
+	// +optional
+	MaxCreationsPerSecond *int32 `json:"maxCreationsPerSecond,omitempty"`
 	// MaxPublishDelay is the delay from an allocation change to the
 	// ResourcePool write that shows it (KEP-5677's SLO: 95% within 10s).
 	// Every change has a deadline: its time plus this delay, less what

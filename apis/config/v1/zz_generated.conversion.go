@@ -198,6 +198,9 @@ func autoConvert_v1_PoolStatusArgs_To_config_PoolStatusArgs(in *PoolStatusArgs, 
 	if err := metav1.Convert_Pointer_int32_To_int32(&in.MaxWritesPerSecond, &out.MaxWritesPerSecond, s); err != nil {
 		return err
 	}
+	if err := metav1.Convert_Pointer_int32_To_int32(&in.MaxCreationsPerSecond, &out.MaxCreationsPerSecond, s); err != nil {
+		return err
+	}
 	if err := metav1.Convert_Pointer_v1_Duration_To_v1_Duration(&in.MaxPublishDelay, &out.MaxPublishDelay, s); err != nil {
 		return err
 	}
@@ -217,6 +220,9 @@ func autoConvert_config_PoolStatusArgs_To_v1_PoolStatusArgs(in *config.PoolStatu
 		return err
 	}
 	if err := metav1.Convert_int32_To_Pointer_int32(&in.MaxWritesPerSecond, &out.MaxWritesPerSecond, s); err != nil {
+		return err
+	}
+	if err := metav1.Convert_int32_To_Pointer_int32(&in.MaxCreationsPerSecond, &out.MaxCreationsPerSecond, s); err != nil {
 		return err
 	}
 	if err := metav1.Convert_v1_Duration_To_Pointer_v1_Duration(&in.MaxPublishDelay, &out.MaxPublishDelay, s); err != nil {

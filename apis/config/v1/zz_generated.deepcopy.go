@@ -125,6 +125,11 @@ func (in *PoolStatusArgs) DeepCopyInto(out *PoolStatusArgs) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.MaxCreationsPerSecond != nil {
+		in, out := &in.MaxCreationsPerSecond, &out.MaxCreationsPerSecond
+		*out = new(int32)
+		**out = **in
+	}
 	if in.MaxPublishDelay != nil {
 		in, out := &in.MaxPublishDelay, &out.MaxPublishDelay
 		*out = new(metav1.Duration)

@@ -43,6 +43,10 @@ func ValidateDRAScopeArgs(path *field.Path, args *config.DRAScopeArgs, fts featu
 		allErrs = append(allErrs, field.Invalid(path.Child("poolStatus", "maxWritesPerSecond"),
 			args.PoolStatus.MaxWritesPerSecond, "must be at least 1"))
 	}
+	if args.PoolStatus.MaxCreationsPerSecond < 1 {
+		allErrs = append(allErrs, field.Invalid(path.Child("poolStatus", "maxCreationsPerSecond"),
+			args.PoolStatus.MaxCreationsPerSecond, "must be at least 1"))
+	}
 	if d := args.PoolStatus.MaxPublishDelay.Duration; d < 2*args.PoolStatus.MinPublishInterval.Duration {
 		allErrs = append(allErrs, field.Invalid(path.Child("poolStatus", "maxPublishDelay"),
 			d.String(), fmt.Sprintf("must be at least twice poolStatus.minPublishInterval (%v): a pool written at half of it must have been allowed to write", args.PoolStatus.MinPublishInterval.Duration)))
@@ -101,6 +105,7 @@ var schedulerWide = []struct {
 	{[]string{"poolStatus", "publishResourcePools"}, func(a *config.DRAScopeArgs) any { return a.PoolStatus.PublishResourcePools }},
 	{[]string{"poolStatus", "minPublishInterval"}, func(a *config.DRAScopeArgs) any { return a.PoolStatus.MinPublishInterval.Duration.String() }},
 	{[]string{"poolStatus", "maxWritesPerSecond"}, func(a *config.DRAScopeArgs) any { return a.PoolStatus.MaxWritesPerSecond }},
+	{[]string{"poolStatus", "maxCreationsPerSecond"}, func(a *config.DRAScopeArgs) any { return a.PoolStatus.MaxCreationsPerSecond }},
 	{[]string{"poolStatus", "maxPublishDelay"}, func(a *config.DRAScopeArgs) any { return a.PoolStatus.MaxPublishDelay.Duration.String() }},
 	{[]string{"deviceHealth", "policy"}, func(a *config.DRAScopeArgs) any { return string(a.DeviceHealth.Policy) }},
 	{[]string{"deviceHealth", "unhealthyHoldTime"}, func(a *config.DRAScopeArgs) any { return a.DeviceHealth.UnhealthyHoldTime.Duration.String() }},

@@ -38,11 +38,14 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 			fts:      allGates,
 			wantErrs: []string{`pluginConfig[DRAScope].args.poolStatus.minPublishInterval: Invalid value: "-1s": must be positive`},
 		},
-		"zero maxWritesPerSecond": {
+		"zero maxWritesPerSecond and maxCreationsPerSecond": {
 			args:           config.DRAScopeArgs{},
 			keepZeroWrites: true,
 			fts:            allGates,
-			wantErrs:       []string{`pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: Invalid value: 0: must be at least 1`},
+			wantErrs: []string{
+				`pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: Invalid value: 0: must be at least 1`,
+				`pluginConfig[DRAScope].args.poolStatus.maxCreationsPerSecond: Invalid value: 0: must be at least 1`,
+			},
 		},
 		"maxPublishDelay below twice minPublishInterval": {
 			args:     config.DRAScopeArgs{PoolStatus: config.PoolStatusArgs{MinPublishInterval: metav1.Duration{Duration: 2 * time.Second}, MaxPublishDelay: metav1.Duration{Duration: 3 * time.Second}}},
@@ -116,6 +119,9 @@ func TestValidateDRAScopeArgs(t *testing.T) {
 			if tc.args.PoolStatus.MaxWritesPerSecond == 0 && !tc.keepZeroWrites {
 				tc.args.PoolStatus.MaxWritesPerSecond = 5
 			}
+			if tc.args.PoolStatus.MaxCreationsPerSecond == 0 && !tc.keepZeroWrites {
+				tc.args.PoolStatus.MaxCreationsPerSecond = 50
+			}
 			if tc.args.PoolStatus.MaxPublishDelay.Duration == 0 {
 				tc.args.PoolStatus.MaxPublishDelay.Duration = 10 * time.Second
 			}
@@ -148,7 +154,7 @@ func TestValidateSchedulerWideArgs(t *testing.T) {
 	path := field.NewPath("profiles").Key("b").Child("pluginConfig").Key("DRAScope").Child("args")
 	first := config.DRAScopeArgs{
 		AdminAccess:  config.AdminAccessArgs{RequireNamespaceLabel: true},
-		PoolStatus:   config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}},
+		PoolStatus:   config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxCreationsPerSecond: 50, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}},
 		DeviceHealth: config.DeviceHealthArgs{Policy: config.DeviceHealthAvoid, UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}},
 		Scoring:      config.ScoringArgs{Strategy: config.ScoringNone},
 	}
@@ -170,10 +176,12 @@ func TestValidateSchedulerWideArgs(t *testing.T) {
 			change: func(a *config.DRAScopeArgs) {
 				a.PoolStatus.MinPublishInterval.Duration = 2 * time.Second
 				a.PoolStatus.MaxWritesPerSecond = 10
+				a.PoolStatus.MaxCreationsPerSecond = 100
 			},
 			wantErrs: []string{
 				`profiles[b].pluginConfig[DRAScope].args.poolStatus.minPublishInterval: Invalid value: "2s": differs from profiles[a].pluginConfig[DRAScope].args.poolStatus.minPublishInterval: 1s;`,
 				`profiles[b].pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: Invalid value: 10: differs from profiles[a].pluginConfig[DRAScope].args.poolStatus.maxWritesPerSecond: 5;`,
+				`profiles[b].pluginConfig[DRAScope].args.poolStatus.maxCreationsPerSecond: Invalid value: 100: differs from profiles[a].pluginConfig[DRAScope].args.poolStatus.maxCreationsPerSecond: 50;`,
 			},
 		},
 		"deviceHealth": {
