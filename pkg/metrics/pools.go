@@ -77,7 +77,7 @@ var (
 	// publisher aims for.
 	DueWrites = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "drascope_resourcepool_due_writes_total",
-		Help:           "ResourcePool writes that went ahead of poolStatus.maxWritesPerSecond because the change they show reached its deadline (poolStatus.maxPublishDelay, less the time the writes queued ahead of it take).",
+		Help:           "ResourcePool writes that went ahead of poolStatus.maxWritesPerSecond because the change they show reached its deadline (poolStatus.maxPublishDelay, less the time its write and the writes queued ahead of it take).",
 		StabilityLevel: metrics.ALPHA,
 	}, nil)
 	// WriteFloor: the fewest writes the changes seen needed, beside Writes.

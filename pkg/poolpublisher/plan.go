@@ -10,8 +10,8 @@ import (
 
 // plan decides when each pool's object is written. Every pool with an
 // unwritten change has a deadline: its oldest unwritten change plus the
-// delay the publisher aims for, less what the writes queued ahead of it
-// will take. A pool is written at its deadline at the latest; the write
+// delay the publisher aims for, less what its write and the writes queued
+// ahead of it will take. A pool is written at its deadline at the latest; the write
 // budget only decides whether a pool may be written earlier, and only a
 // pool that is quiet may: not written for the whole delay, and not changed
 // for the minimum interval. So a pool that keeps changing is written about
@@ -171,13 +171,15 @@ func (p *plan) oldestUnwritten() (oldest time.Time, ok bool) {
 	return oldest, ok
 }
 
-// deadline is when a change unwritten since since must be written: the
-// writes queued ahead of it (all unwritten pools, at worst) get their
-// time first, up to half of the delay.
+// deadline is when a sync of a change unwritten since since must start
+// for its write to land within the delay: the write's own latency and the
+// writes queued ahead of it (all unwritten pools, at worst) get their time
+// first, up to half of the delay together. Aiming at the delay itself
+// would land a busy pool's every write just past it.
 func (p *plan) deadline(since time.Time) time.Time {
-	ahead := time.Duration(0)
+	ahead := p.latency
 	if p.workers > 0 {
-		ahead = p.latency * time.Duration(p.unwritten) / time.Duration(p.workers)
+		ahead += p.latency * time.Duration(p.unwritten) / time.Duration(p.workers)
 	}
 	return since.Add(p.maxDelay - min(ahead, p.maxDelay/2))
 }

@@ -48,9 +48,9 @@ type Options struct {
 	MaxCreationsPerSecond int32
 	// MaxDelay, when positive, is the delay from a change to its write that
 	// the publisher aims to stay under: a pool whose oldest unwritten change
-	// reaches its deadline (this delay, less what the writes queued ahead
-	// of it will take, at most half of it) is due, and its writes do not
-	// wait for the budget.
+	// reaches its deadline (this delay, less what its write and the
+	// writes queued ahead of it will take, at most half of it) is due,
+	// and its writes do not wait for the budget.
 	MaxDelay time.Duration
 	// DeviceHealthPolicy is the scheduler's deviceHealth.policy, which the
 	// source counted under; it is published in every status.

@@ -131,8 +131,9 @@ type PoolStatusArgs struct {
 	// MaxPublishDelay is the delay from an allocation change to the
 	// ResourcePool write that shows it (KEP-5677's SLO: 95% within 10s).
 	// Every change has a deadline: its time plus this delay, less what
-	// the writes queued ahead of it will take (at most half of it); it is
-	// written by then, whatever maxWritesPerSecond. A pool that keeps
+	// its write and the writes queued ahead of it will take (at most half
+	// of it); it is written by then, whatever maxWritesPerSecond, and so
+	// lands within this delay. A pool that keeps
 	// changing is written about once per this delay. The first
 	// publication of a new pool is paced apart and not held to it.
 	// Default 10s; must be at least twice minPublishInterval.
