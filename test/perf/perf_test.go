@@ -387,6 +387,41 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 		tCtx.Errorf("reading the ResourcePool first publication delay: %v", err)
 	}
 	entry.FirstPublications, entry.FirstPublishDelayP95 = quantileBound(first.since(before.firstPublishDelay), 0.95)
+	if entry.FirstPublicationSeconds, err = firstPublicationSpan(tCtx); err != nil {
+		tCtx.Errorf("timing the first publication: %v", err)
+	}
+}
+
+// firstPublicationSpan is the time from the first ResourceSlice's creation
+// to the last ResourcePool's, in whole seconds (creation timestamps): how
+// long after the pools appeared the publisher had created every object.
+// Zero without ResourcePools.
+func firstPublicationSpan(tCtx ktesting.TContext) (float64, error) {
+	client, err := versioned.NewForConfig(tCtx.RESTConfig())
+	if err != nil {
+		return 0, err
+	}
+	pools, err := client.DrascopeV1alpha1().ResourcePools().List(tCtx, metav1.ListOptions{})
+	if err != nil || len(pools.Items) == 0 {
+		return 0, err
+	}
+	slices, err := tCtx.Client().ResourceV1().ResourceSlices().List(tCtx, metav1.ListOptions{})
+	if err != nil || len(slices.Items) == 0 {
+		return 0, err
+	}
+	firstSlice := slices.Items[0].CreationTimestamp.Time
+	for _, s := range slices.Items {
+		if s.CreationTimestamp.Time.Before(firstSlice) {
+			firstSlice = s.CreationTimestamp.Time
+		}
+	}
+	var lastPool time.Time
+	for _, p := range pools.Items {
+		if p.CreationTimestamp.Time.After(lastPool) {
+			lastPool = p.CreationTimestamp.Time
+		}
+	}
+	return lastPool.Sub(firstSlice).Seconds(), nil
 }
 
 // bigPods counts the pods of namespace "big" (the Fragmentation test

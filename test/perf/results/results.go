@@ -105,6 +105,11 @@ type IndexEntry struct {
 	// PublishDelayP95 does.
 	FirstPublications    int     `json:"firstPublications,omitempty"`
 	FirstPublishDelayP95 float64 `json:"firstPublishDelayP95,omitempty"`
+	// FirstPublicationSeconds is the time from the first ResourceSlice's
+	// creation to the last ResourcePool's, from the objects' creation
+	// timestamps (whole seconds): how long after the pools appeared every
+	// one was published.
+	FirstPublicationSeconds float64 `json:"firstPublicationSeconds,omitempty"`
 	// Pruning counts how node pruning's availability index answered the
 	// run's pods (drascope_node_pruning_total).
 	Pruning *Pruning `json:"pruning,omitempty"`
@@ -656,6 +661,16 @@ func publishDelay(r Run) string {
 
 // delayBound prints a delay histogram's p95 bound (negative: beyond the
 // last bucket) and its count.
+// firstPublicationCell prints the first publications' p95 and count, and
+// when the last pool was published.
+func firstPublicationCell(r Run) string {
+	cell := delayBound(r.FirstPublications, r.FirstPublishDelayP95)
+	if r.FirstPublications > 0 && r.FirstPublicationSeconds > 0 {
+		cell += fmt.Sprintf("; %s s", num(r.FirstPublicationSeconds, 0))
+	}
+	return cell
+}
+
 func delayBound(count int, p95 float64) string {
 	if count == 0 {
 		return "–"
@@ -841,11 +856,11 @@ func WritePublishing(w io.Writer, runs []Run) error {
 		return nil
 	}
 	var b strings.Builder
-	b.WriteString("\n| Workload | Pair | Scheduler | pods/s avg (p50/p90) | Window cores: process; etcd | ResourcePool writes (due; in window) | Write floor (in window) | Publish delay p95 (writes) | p99 | First publication p95 (pools) |\n")
+	b.WriteString("\n| Workload | Pair | Scheduler | pods/s avg (p50/p90) | Window cores: process; etcd | ResourcePool writes (due; in window) | Write floor (in window) | Publish delay p95 (writes) | p99 | First publication p95 (pools); all by |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range selected {
 		fmt.Fprintf(&b, "| %s/%s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.TestCase, r.Workload, max(r.Pair, 1), r.Variant, throughput(r.Throughput), windowCores(r), writesCell(r), floorCell(r),
-			delayBound(r.PublishDelays, r.PublishDelayP95), boundOnly(r.PublishDelays, r.PublishDelayP99), delayBound(r.FirstPublications, r.FirstPublishDelayP95))
+			delayBound(r.PublishDelays, r.PublishDelayP95), boundOnly(r.PublishDelays, r.PublishDelayP99), firstPublicationCell(r))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
