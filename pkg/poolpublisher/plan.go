@@ -194,6 +194,10 @@ type decision struct {
 	// since is the change the sync takes up, if pending.
 	since   time.Time
 	pending bool
+	// handedTo, when set, is a new pool that now holds the creation token
+	// this pool gave up, and is to ask again in handedIn.
+	handedTo drausage.PoolID
+	handedIn time.Duration
 }
 
 // object says what a sync of a pool would start from.
@@ -227,10 +231,20 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, obj object) decision {
 		return decision{}
 	}
 	if obj == nothingToWrite {
-		// A token it holds goes unused; the limiter has counted it.
+		var handed decision
+		if st.new && st.tokenAt.After(now) {
+			// The limiter has counted its creation token: the new pool
+			// that waits longest takes it, so that pools gone before
+			// their turn hold back no pool queued after them.
+			handed.handedTo, handed.handedIn = p.handOver(id, st.tokenAt, now)
+		}
 		st.tokenAt = time.Time{}
 		delete(p.settling, id)
-		return p.take(st, withinBudget)
+		// Turn zero: were a snapshot to come before the sync, a creation
+		// would still wait for a token.
+		d := p.take(st, 0)
+		d.handedTo, d.handedIn = handed.handedTo, handed.handedIn
+		return d
 	}
 	tn, wait, settling := p.turnFor(st, now, exists)
 	if settling {
@@ -248,6 +262,24 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, obj object) decision {
 		return decision{wait: wait}
 	}
 	return p.take(st, tn)
+}
+
+// handOver gives a creation token due at tokenAt, which the pool from
+// gave up, to the new pool whose token comes last after it; it returns
+// that pool and how long until its token, or none.
+func (p *plan) handOver(from drausage.PoolID, tokenAt, now time.Time) (drausage.PoolID, time.Duration) {
+	var to drausage.PoolID
+	var last time.Time
+	for id, st := range p.pools {
+		if id != from && st.new && st.tokenAt.After(tokenAt) && st.tokenAt.After(last) {
+			to, last = id, st.tokenAt
+		}
+	}
+	if last.IsZero() {
+		return drausage.PoolID{}, 0
+	}
+	p.pools[to].tokenAt = tokenAt
+	return to, tokenAt.Sub(now)
 }
 
 // take lets a sync of the pool go now, with its unwritten change.

@@ -151,6 +151,26 @@ func TestPlanTurns(t *testing.T) {
 	if !p.creations.AllowN(now, 1) {
 		t.Errorf("a pool with nothing to write took the creations' token")
 	}
+
+	// A pool gone after it reserved its creation token hands the token
+	// to the new pool whose token comes last, which asks again then.
+	p.creations = rate.NewLimiter(rate.Every(time.Minute), 1)
+	p.creations.AllowN(now, 1)
+	left, waiting := testPool(10), testPool(11)
+	p.changed(left, now, now)
+	p.changed(waiting, now, now)
+	if d := p.decide(left, now, toCreate); d.wait != time.Minute {
+		t.Errorf("the first new pool behind a spent budget: %+v, want a token in a minute", d)
+	}
+	if d := p.decide(waiting, now, toCreate); d.wait != 2*time.Minute {
+		t.Errorf("the second new pool: %+v, want a token in two minutes", d)
+	}
+	if d := p.decide(left, now.Add(second), nothingToWrite); d.handedTo != waiting || d.handedIn != time.Minute-second || d.turn != 0 {
+		t.Errorf("the first pool, gone: %+v, want its token handed to %v in %s, and no turn for writes", d, waiting, time.Minute-second)
+	}
+	if d := p.decide(waiting, now.Add(time.Minute), toCreate); d.turn != withinBudget {
+		t.Errorf("the second pool at the handed token's time: %+v, want to go", d)
+	}
 }
 
 // simulation runs the publisher's loop against the plan under a fake

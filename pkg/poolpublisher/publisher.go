@@ -42,9 +42,10 @@ type Options struct {
 	// MaxWritesPerSecond, when positive, bounds the writes across all pools
 	// whose changes are not yet due.
 	MaxWritesPerSecond int32
-	// MaxCreationsPerSecond, when positive, paces the creation of the
-	// objects of pools that have none, from a budget of its own (a
-	// second's worth at once); by default MaxWritesPerSecond.
+	// MaxCreationsPerSecond paces the creation of the objects of pools
+	// that have none, from a budget of its own (a second's worth at
+	// once), when MaxWritesPerSecond is positive (without it nothing is
+	// paced); zero means MaxWritesPerSecond.
 	MaxCreationsPerSecond int32
 	// MaxDelay, when positive, is the delay from a change to its write that
 	// the publisher aims to stay under: a pool whose oldest unwritten change

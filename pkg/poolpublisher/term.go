@@ -101,7 +101,7 @@ func (p *Publisher) runTerm(ctx context.Context) (crdGone bool) {
 		}
 		p.mu.Unlock()
 	}()
-	klog.FromContext(ctx).Info("Publishing pool status as ResourcePool objects", "minInterval", p.opts.MinInterval, "maxWritesPerSecond", p.opts.MaxWritesPerSecond, "maxDelay", p.opts.MaxDelay)
+	klog.FromContext(ctx).Info("Publishing pool status as ResourcePool objects", "minInterval", p.opts.MinInterval, "maxWritesPerSecond", p.opts.MaxWritesPerSecond, "maxCreationsPerSecond", p.opts.MaxCreationsPerSecond, "maxDelay", p.opts.MaxDelay)
 	go p.queueEverything(ctx, t)
 	go func() {
 		<-ctx.Done()

@@ -46,6 +46,10 @@ func (p *Publisher) processNext(ctx context.Context, t *term) bool {
 	d := t.plan.decide(id, start, obj)
 	settleIn, settling := t.plan.settleCheckIn(start)
 	p.mu.Unlock()
+	if d.handedTo != (drausage.PoolID{}) {
+		// The queue keeps the earlier of its times.
+		t.queue.AddAfter(d.handedTo, d.handedIn)
+	}
 	if d.wait > 0 {
 		// The pool waits in the queue, not in a worker.
 		t.queue.AddAfter(id, d.wait)

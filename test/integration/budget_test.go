@@ -30,7 +30,7 @@ func TestOneAPIBudgetForTheSchedulingPath(t *testing.T) {
 		// back.
 		config := shippedConfigWith(t,
 			"  leaderElect: true\n", "  leaderElect: false\n",
-			"      deviceChoice: BestFit\n", "      deviceChoice: BestFit\n      poolStatus:\n        minPublishInterval: 100ms\n        maxPublishDelay: 200ms\n        maxWritesPerSecond: 1000\n")
+			"      deviceChoice: BestFit\n", "      deviceChoice: BestFit\n      poolStatus:\n        minPublishInterval: 100ms\n        maxPublishDelay: 200ms\n        maxWritesPerSecond: 1000\n        maxCreationsPerSecond: 1000\n")
 		path, err := writeTempConfig("budget", config, env.schedulerKubeconfig,
 			fmt.Sprintf("  qps: %d", qps), fmt.Sprintf("  burst: %d", burst))
 		if err != nil {

@@ -642,15 +642,16 @@ func unhealthyDevicesHandedOut(ctx context.Context, client kubernetes.Interface)
 }
 
 // poolProgressTimeout is how long waitForResourcePools waits for the number
-// of differing pools to shrink. The publisher's write budget
-// (poolStatus.maxWritesPerSecond) makes catching up take minutes on the big
-// workloads, so a fixed deadline would be either too short there or far too
-// long for a publisher that is stuck.
+// of differing pools to shrink. The publisher's budgets (a first
+// publication of 5000 pools, quiet pools written at maxWritesPerSecond)
+// make catching up take minutes on the big workloads, so a fixed deadline
+// would be either too short there or far too long for a publisher that is
+// stuck.
 const poolProgressTimeout = time.Minute
 
-// waitForResourcePools waits until every pool's ResourcePool counts as
-// allocated exactly the devices the claims hold, for as long as that keeps
-// getting closer.
+// waitForResourcePools waits until every pool has its ResourcePool and each
+// counts as allocated exactly the devices the claims hold, for as long as
+// that keeps getting closer.
 func waitForResourcePools(tCtx ktesting.TContext) error {
 	client, err := versioned.NewForConfig(tCtx.RESTConfig())
 	if err != nil {
@@ -726,6 +727,18 @@ func comparePools(ctx context.Context, client kubernetes.Interface, pools typedv
 	for key := range allocated {
 		if !seen.Has(key) {
 			diffs = append(diffs, fmt.Sprintf("%s: no ResourcePool, claims hold %d devices", key, allocated[key].Len()))
+		}
+	}
+	// Every pool is published, not only those with devices allocated: a
+	// first publication still under way is not caught up.
+	resourceSlices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, slice := range resourceSlices.Items {
+		if key := slice.Spec.Driver + "/" + slice.Spec.Pool.Name; !seen.Has(key) && allocated[key] == nil {
+			seen.Insert(key)
+			diffs = append(diffs, fmt.Sprintf("%s: no ResourcePool", key))
 		}
 	}
 	slices.Sort(diffs)

@@ -25,6 +25,7 @@ func FuzzDRAScopeArgs(f *testing.F) {
 		"deviceHealth:\n  policy: Taint\n  unhealthyHoldTime: 30m\n",
 		"deviceHealth:\n  policy: Evict\n",
 		"poolStatus:\n  maxWritesPerSecond: -1\n  minPublishInterval: 0s\n",
+		"poolStatus:\n  maxCreationsPerSecond: 0\n",
 		"bindingTimeout: 100ms\n",
 		"adminAccess: {requireNamespaceLabel: false}\n",
 		"unknownField: 1\n",

@@ -123,7 +123,8 @@ type PoolStatusArgs struct {
 	// creation of the object of a pool that has none (after an install,
 	// a leader change that lost objects, or nodes joining), from a budget
 	// of its own, a second's worth at once and then this many a second.
-	// Each creation is one request, which takes its token from the
+	// Each creation is one request (two under a CRD from older manifests,
+	// with a status subresource), which takes its token from the
 	// scheduler client's rate limiter (clientConnection.qps) as binding
 	// does. Default 50 (5000 pools in about 100s); must be at least 1.
 	// +optional
@@ -133,7 +134,7 @@ type PoolStatusArgs struct {
 	// Every change has a deadline: its time plus this delay, less what
 	// its write and the writes queued ahead of it will take (at most half
 	// of it); it is written by then, whatever maxWritesPerSecond, and so
-	// lands within this delay. A pool that keeps
+	// all but a few writes land within this delay. A pool that keeps
 	// changing is written about once per this delay. The first
 	// publication of a new pool is paced apart and not held to it.
 	// Default 10s; must be at least twice minPublishInterval.

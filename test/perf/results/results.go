@@ -659,8 +659,6 @@ func publishDelay(r Run) string {
 	return delayBound(r.PublishDelays, r.PublishDelayP95)
 }
 
-// delayBound prints a delay histogram's p95 bound (negative: beyond the
-// last bucket) and its count.
 // firstPublicationCell prints the first publications' p95 and count, and
 // when the last pool was published.
 func firstPublicationCell(r Run) string {
@@ -671,6 +669,8 @@ func firstPublicationCell(r Run) string {
 	return cell
 }
 
+// delayBound prints a delay histogram's p95 bound (negative: beyond the
+// last bucket) and its count.
 func delayBound(count int, p95 float64) string {
 	if count == 0 {
 		return "–"
