@@ -79,7 +79,7 @@ func (a *activations) activated() []map[string]*v1.Pod {
 func defaults() *config.DRAScopeArgs {
 	return &config.DRAScopeArgs{
 		AdminAccess:  config.AdminAccessArgs{RequireNamespaceLabel: true},
-		PoolStatus:   config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}},
+		PoolStatus:   config.PoolStatusArgs{PublishResourcePools: false, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxCreationsPerSecond: 50, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}},
 		DeviceHealth: config.DeviceHealthArgs{Policy: config.DeviceHealthAvoid, UnhealthyHoldTime: metav1.Duration{Duration: time.Hour}},
 	}
 }

@@ -288,6 +288,8 @@ func checkRun(tCtx ktesting.TContext, v variant, entry *results.IndexEntry, befo
 		window := before.window.totals()
 		entry.WindowWrites, entry.WindowWriteFloor, entry.WindowSeconds = window.writes, window.floor, window.length.Seconds()
 		entry.WindowProcessCPU, entry.WindowEtcdCPU = window.process, window.etcd
+		entry.WindowPublishDelays, entry.WindowPublishDelayP95 = quantileBound(window.delays, 0.95)
+		_, entry.WindowPublishDelayP99 = quantileBound(window.delays, 0.99)
 		if window.length == 0 {
 			tCtx.Errorf("the harness saw no measured pod bound: the window's writes are not counted")
 		}

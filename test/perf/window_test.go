@@ -2,15 +2,18 @@ package perf
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 
@@ -45,6 +48,9 @@ type counterSample struct {
 	// process and etcd are the CPU seconds the harness's process and its
 	// etcd had spent by then (proccpu); etcd is 0 without one.
 	process, etcd float64
+	// delays is the publish delay histogram
+	// (drascope_resourcepool_publish_delay_seconds).
+	delays buckets
 }
 
 const samplePeriod = 100 * time.Millisecond
@@ -109,6 +115,9 @@ func sampleNow(self, etcd int) (counterSample, error) {
 	if s.floor, err = testutil.GetCounterMetricValue(dsmetrics.WriteFloor.WithLabelValues()); err != nil {
 		return s, err
 	}
+	if s.delays, err = observerBuckets(dsmetrics.PublishDelay.WithLabelValues()); err != nil {
+		return s, err
+	}
 	if s.process, err = proccpu.Seconds(self); err != nil {
 		return s, err
 	}
@@ -136,13 +145,34 @@ func writesSoFar() (float64, error) {
 	return sum, nil
 }
 
+// observerBuckets reads one histogram's buckets, as writesSoFar reads its
+// counters: without gathering the registry.
+func observerBuckets(m metrics.ObserverMetric) (buckets, error) {
+	pb := &dto.Metric{}
+	metric, ok := m.(metrics.Metric)
+	if !ok {
+		return buckets{}, fmt.Errorf("%T is not a metric", m)
+	}
+	if err := metric.Write(pb); err != nil {
+		return buckets{}, err
+	}
+	var b buckets
+	for _, bucket := range pb.GetHistogram().GetBucket() {
+		b.bounds = append(b.bounds, bucket.GetUpperBound())
+		b.counts = append(b.counts, bucket.GetCumulativeCount())
+	}
+	b.count = pb.GetHistogram().GetSampleCount()
+	return b, nil
+}
+
 // windowTotals is what the measured window cost: the publisher's writes
 // and their floor, and the CPU seconds of the harness's process and of
-// etcd.
+// etcd; and the publish delays of the writes inside it.
 type windowTotals struct {
 	writes, floor int
 	process, etcd float64
 	length        time.Duration
+	delays        buckets
 }
 
 // totals returns what the window cost, and its length; zero when no
@@ -181,6 +211,7 @@ func (w *writeWindow) totals() windowTotals {
 		process: process,
 		etcd:    etcd,
 		length:  length,
+		delays:  end.delays.since(start.delays),
 	}
 }
 

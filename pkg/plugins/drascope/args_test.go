@@ -21,7 +21,7 @@ func TestDecodeArgsDefaultsNil(t *testing.T) {
 		FilterTimeout:  &metav1.Duration{Duration: 10 * time.Second},
 		BindingTimeout: &metav1.Duration{Duration: 600 * time.Second},
 		AdminAccess:    config.AdminAccessArgs{RequireNamespaceLabel: true},
-		PoolStatus:     config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}},
+		PoolStatus:     config.PoolStatusArgs{PublishResourcePools: true, MinPublishInterval: metav1.Duration{Duration: time.Second}, MaxWritesPerSecond: 5, MaxCreationsPerSecond: 50, MaxPublishDelay: metav1.Duration{Duration: 10 * time.Second}},
 		DeviceHealth:   config.DeviceHealthArgs{UnhealthyHoldTime: metav1.Duration{Duration: 10 * time.Minute}},
 		Scoring:        config.ScoringArgs{Strategy: config.ScoringNone},
 		DeviceChoice:   config.DeviceChoiceFirstFit,

@@ -339,7 +339,8 @@ func TestWriteGangs(t *testing.T) {
 func TestWritePublishing(t *testing.T) {
 	run := func(workload, variant string, writes int) Run {
 		return Run{IndexEntry: IndexEntry{TestCase: "T", Workload: workload, Variant: variant, ResourcePoolWrites: writes, DueWrites: writes / 2,
-			WindowWrites: writes / 4, WindowSeconds: 10.04, WindowProcessCPU: 15.06, WindowEtcdCPU: 2.51, WriteFloor: writes * 3 / 5, WindowWriteFloor: writes / 5, PublishDelays: writes, PublishDelayP95: 8.192, PublishDelayP99: -16.384, FirstPublications: writes / 10, FirstPublishDelayP95: -2097.152, FirstPublicationSeconds: float64(writes)},
+			WindowWrites: writes / 4, WindowSeconds: 10.04, WindowProcessCPU: 15.06, WindowEtcdCPU: 2.51, WriteFloor: writes * 3 / 5, WindowWriteFloor: writes / 5, PublishDelays: writes, PublishDelayP95: 8.192, PublishDelayP99: -16.384, FirstPublications: writes / 10, FirstPublishDelayP95: -2097.152, FirstPublicationSeconds: float64(writes),
+			WindowPublishDelays: writes / 4, WindowPublishDelayP95: 7.5, WindowPublishDelayP99: 10},
 			Throughput: Quantiles{Average: 30, P50: 31, P90: 40}}
 	}
 	old := run("a", Upstream, 0)
@@ -352,7 +353,7 @@ func TestWritePublishing(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	want := []string{
 		"| T/a | 1 | upstream | 30.0 (31/40) | 1.50; 0.25 | 0 (0; 0 in 10.0 s) | – | – | – | – |",
-		"| T/a | 1 | drascope | 30.0 (31/40) | 1.50; 0.25 | 100 (50; 25 in 10.0 s) | 60 (20) | ≤ 8.192 s (100) | > 16.384 s | > 2097.152 s (10); 100 s |",
+		"| T/a | 1 | drascope | 30.0 (31/40) | 1.50; 0.25 | 100 (50; 25 in 10.0 s) | 60 (20) | ≤ 8.192 s (100); window ≤ 7.500 s (25) | > 16.384 s; ≤ 10.000 s | > 2097.152 s (10); 100 s |",
 		"| T/a | 1 | drascope-nopublish | 30.0 (31/40) | 1.50; 0.25 | 0 (0; 0 in 10.0 s) | – | – | – | – |",
 		// Recorded before the harness measured the window's CPU.
 		"| T/a | 2 | upstream | 30.0 (31/40) | – | 0 (0; 0 in 10.0 s) | – | – | – | – |",
