@@ -11,11 +11,11 @@ import (
 // plan decides when each pool's object is written. Every pool with an
 // unwritten change has a deadline: its oldest unwritten change plus the
 // delay the publisher aims for, less what its write and the writes queued
-// ahead of it will take. A pool is written at its deadline at the latest; the write
-// budget only decides whether a pool may be written earlier, and only a
-// pool that is quiet may: not written for the whole delay, and not changed
-// for the minimum interval. So a pool that keeps changing is written about
-// once per delay, at its deadlines, close to the fewest writes that keep
+// ahead of it will take. A pool is written at its deadline at the latest;
+// the write budget only decides whether a pool may be written earlier, and
+// only a pool that is quiet may: not written for the whole delay, and not
+// changed for the minimum interval. So a pool that keeps changing is
+// written about once per delay, at its deadlines, close to the fewest writes that keep
 // every change within the delay (floorChange); a pool that changes after a
 // quiet spell is written a minimum interval after its changes settle. Once
 // no pool at all has changed for the minimum interval (a burst placed, a
