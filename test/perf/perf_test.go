@@ -234,9 +234,9 @@ func runOnce(b *testing.B, dir string, u unit, v variant, pair, position int, ch
 		if before.pruning, err = pruningCounts(); err != nil {
 			return err
 		}
-		// The workloads that compare publishing on and off count the
-		// writes their measured window paid for.
-		if ns := measuredNamespace(u.raw); ns != "" && u.publishing {
+		// Every workload with measured pods counts the writes its
+		// measured window paid for, and their delays.
+		if ns := measuredNamespace(u.raw); ns != "" {
 			ctx, cancel := context.WithCancel(tCtx)
 			tCtx.Cleanup(cancel)
 			before.window = watchWriteWindow(ctx, tCtx.Client(), ns)
