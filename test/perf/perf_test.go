@@ -531,6 +531,12 @@ func (b buckets) since(earlier buckets) buckets {
 	if earlier.count > b.count || !slices.Equal(b.bounds, earlier.bounds) {
 		return b
 	}
+	for i := range b.counts {
+		if b.counts[i] < earlier.counts[i] {
+			// Reset, and grown past the earlier count since.
+			return b
+		}
+	}
 	out := buckets{bounds: b.bounds, counts: slices.Clone(b.counts), count: b.count - earlier.count}
 	for i := range out.counts {
 		out.counts[i] -= earlier.counts[i]
