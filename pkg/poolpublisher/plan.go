@@ -231,19 +231,20 @@ func (p *plan) decide(id drausage.PoolID, now time.Time, obj object) decision {
 		return decision{}
 	}
 	if obj == nothingToWrite {
-		var handed decision
+		var to drausage.PoolID
+		var in time.Duration
 		if st.new && st.tokenAt.After(now) {
 			// The limiter has counted its creation token: the new pool
 			// that waits longest takes it, so that pools gone before
 			// their turn hold back no pool queued after them.
-			handed.handedTo, handed.handedIn = p.handOver(id, st.tokenAt, now)
+			to, in = p.handOver(id, st.tokenAt, now)
 		}
 		st.tokenAt = time.Time{}
 		delete(p.settling, id)
 		// Turn zero: were a snapshot to come before the sync, a creation
 		// would still wait for a token.
 		d := p.take(st, 0)
-		d.handedTo, d.handedIn = handed.handedTo, handed.handedIn
+		d.handedTo, d.handedIn = to, in
 		return d
 	}
 	tn, wait, settling := p.turnFor(st, now, exists)

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -556,22 +558,26 @@ func histogramBuckets(name string) (buckets, error) {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			h := m.GetHistogram()
-			if b.bounds == nil {
-				for _, bucket := range h.GetBucket() {
-					b.bounds = append(b.bounds, bucket.GetUpperBound())
-				}
-				b.counts = make([]uint64, len(b.bounds))
-			}
-			for i, bucket := range h.GetBucket() {
-				if i < len(b.counts) {
-					b.counts[i] += bucket.GetCumulativeCount()
-				}
-			}
-			b.count += h.GetSampleCount()
+			b.add(m.GetHistogram())
 		}
 	}
 	return b, nil
+}
+
+// add adds a series of the histogram; the first sets the bounds.
+func (b *buckets) add(h *dto.Histogram) {
+	if b.bounds == nil {
+		for _, bucket := range h.GetBucket() {
+			b.bounds = append(b.bounds, bucket.GetUpperBound())
+		}
+		b.counts = make([]uint64, len(b.bounds))
+	}
+	for i, bucket := range h.GetBucket() {
+		if i < len(b.counts) {
+			b.counts[i] += bucket.GetCumulativeCount()
+		}
+	}
+	b.count += h.GetSampleCount()
 }
 
 // quantileBound returns the sample count and the upper bound of the bucket

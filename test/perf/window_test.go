@@ -157,11 +157,7 @@ func observerBuckets(m metrics.ObserverMetric) (buckets, error) {
 		return buckets{}, err
 	}
 	var b buckets
-	for _, bucket := range pb.GetHistogram().GetBucket() {
-		b.bounds = append(b.bounds, bucket.GetUpperBound())
-		b.counts = append(b.counts, bucket.GetCumulativeCount())
-	}
-	b.count = pb.GetHistogram().GetSampleCount()
+	b.add(pb.GetHistogram())
 	return b, nil
 }
 
