@@ -50,7 +50,7 @@ type Options struct {
 	// MaxDelay, when positive, is the delay from a change to its write that
 	// the publisher aims to stay under: a pool whose oldest unwritten change
 	// reaches its deadline (this delay, less what its write and the
-	// writes queued ahead of it will take, at most half of it) is due,
+	// writes queued ahead of it will take) is due,
 	// and its writes do not wait for the budget.
 	MaxDelay time.Duration
 	// DeviceHealthPolicy is the scheduler's deviceHealth.policy, which the
