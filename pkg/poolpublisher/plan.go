@@ -44,8 +44,10 @@ type plan struct {
 	budget, creations *rate.Limiter
 
 	pools map[drausage.PoolID]*poolPlan
-	// unwritten counts the pools with an unwritten change.
-	unwritten int
+	// unwritten counts the pools with an unwritten change; unwrittenNew
+	// those of them that have no object, whose creations are paced apart
+	// and are not in the queue of writes that deadline counts.
+	unwritten, unwrittenNew int
 	// latency is a moving average of how long a sync that wrote took.
 	latency time.Duration
 	// lastChange is when the latest change of any pool was seen.
@@ -148,6 +150,9 @@ func (p *plan) unwrittenFrom(st *poolPlan, at time.Time) {
 	switch {
 	case st.since.IsZero():
 		p.unwritten++
+		if st.new {
+			p.unwrittenNew++
+		}
 		st.since = at
 	case at.Before(st.since):
 		st.since = at
@@ -173,19 +178,20 @@ func (p *plan) oldestUnwritten() (oldest time.Time, ok bool) {
 
 // deadline is when a sync of a change unwritten since since must start
 // for its write to land within the delay: the write's own latency and the
-// writes queued ahead of it (all unwritten pools, at worst) get their time
-// first, all they need of the delay, so a pool whose queue needs all of it
-// is due at once. Aiming at the delay itself would land a busy pool's
-// every write just past it; keeping half of the delay for coalescing
-// would land a burst that needs more than the other half (every pool
-// changed at once) past it, as it did for 2000 pools in scheduler_perf's
-// set-up. It adds no writes where the queue is long: there the workers,
-// not the deadlines, pace each pool's writes, about once per round of the
-// queue.
+// writes queued ahead of it get their time first, all they need of the
+// delay, so a pool whose queue needs all of it is due at once. Ahead are,
+// at worst, all unwritten pools that have an object; a start's pools
+// waiting for their creations are not, and counting them would make every
+// busy pool due at once. Aiming at the delay itself would land a busy
+// pool's every write just past it; keeping half of the delay for
+// coalescing would land a burst whose writes need more than the other half
+// (every pool changed at once) past it. It adds no writes where the queue
+// is long: there the workers, not the deadlines, pace each pool's writes,
+// about once per round of the queue.
 func (p *plan) deadline(since time.Time) time.Time {
 	ahead := p.latency
 	if p.workers > 0 {
-		ahead += p.latency * time.Duration(p.unwritten) / time.Duration(p.workers)
+		ahead += p.latency * time.Duration(p.unwritten-p.unwrittenNew) / time.Duration(p.workers)
 	}
 	return since.Add(max(p.maxDelay-ahead, 0))
 }
@@ -227,7 +233,7 @@ const (
 func (p *plan) decide(id drausage.PoolID, now time.Time, obj object) decision {
 	st := p.pool(id)
 	exists := obj == hasObject
-	st.new = !exists
+	p.setNew(st, !exists)
 	if !st.lastWrite.IsZero() {
 		if wait := st.lastWrite.Add(p.minInterval).Sub(now); wait > 0 {
 			return decision{wait: wait}
@@ -289,11 +295,29 @@ func (p *plan) handOver(from drausage.PoolID, tokenAt, now time.Time) (drausage.
 	return to, tokenAt.Sub(now)
 }
 
+// setNew records whether the pool has no object, keeping unwrittenNew.
+func (p *plan) setNew(st *poolPlan, isNew bool) {
+	if st.new == isNew {
+		return
+	}
+	if !st.since.IsZero() {
+		if isNew {
+			p.unwrittenNew++
+		} else {
+			p.unwrittenNew--
+		}
+	}
+	st.new = isNew
+}
+
 // take lets a sync of the pool go now, with its unwritten change.
 func (p *plan) take(st *poolPlan, tn turn) decision {
 	d := decision{turn: tn, since: st.since, pending: true}
 	st.writing, st.since = st.since, time.Time{}
 	p.unwritten--
+	if st.new {
+		p.unwrittenNew--
+	}
 	return d
 }
 

@@ -614,11 +614,12 @@ func TestPlanWritesABurstWithinTheDelay(t *testing.T) {
 	slices.SortFunc(all, func(a, b change) int { return a.at.Compare(b.at) })
 	s.run(t, all)
 
-	late, worst := 0, time.Duration(0)
+	late, worst, writes := 0, time.Duration(0), 0
 	for i := range pools {
 		if s.written[i] != len(s.changes[i]) {
 			t.Fatalf("pool %d: %d of %d changes never written", i, len(s.changes[i])-s.written[i], len(s.changes[i]))
 		}
+		writes += len(s.writes[i])
 		for k, at := range s.changes[i] {
 			delay := s.writtenAt[i][k].Sub(at)
 			worst = max(worst, delay)
@@ -627,9 +628,59 @@ func TestPlanWritesABurstWithinTheDelay(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d changes; the latest written %s after it", len(all), worst)
+	t.Logf("%d changes, %d writes; the latest written %s after it", len(all), writes, worst)
+	// Written at once, each pool would need a write for each change that
+	// came after its previous write; as due, the pools' changes within the
+	// burst are coalesced.
+	if writes > pools*11/10 {
+		t.Errorf("%d writes for %d pools that changed within a second: want at most 1.1 a pool", writes, pools)
+	}
 	if late > 0 {
 		t.Errorf("%d of %d changes written past the delay (%s), the latest %s after it; want none: the writes queued ahead of a pool need %s",
 			late, len(all), testMaxDelay, worst, latency*pools/workers)
+	}
+}
+
+// A start (or thousands of nodes joining) while a pool keeps changing: the
+// new pools wait for their creations, paced apart, and are not writes
+// queued ahead of the busy pool, which is still written about once per
+// delay rather than every minimum interval.
+func TestPlanStartDoesNotHurryBusyPools(t *testing.T) {
+	start := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	const newPools, workers = 1000, 8
+	latency := 100 * time.Millisecond
+	// Creations at 50 a second: the new pools take 20 s, and counted as
+	// queued writes they would be 12.6 s of them, more than the delay.
+	s := newSimulation(start, 1+newPools, workers, latency, 50)
+	s.exists[0] = true
+	for k := range 30 {
+		at := start.Add(-time.Minute + time.Duration(k)*time.Millisecond)
+		s.plan.wrote(testPool(0), at.Add(-latency), at)
+	}
+	var all []change
+	for i := 1; i <= newPools; i++ {
+		all = append(all, change{start, i})
+	}
+	horizon := time.Minute
+	for at := start; at.Before(start.Add(horizon)); at = at.Add(300 * time.Millisecond) {
+		all = append(all, change{at, 0})
+	}
+	slices.SortFunc(all, func(a, b change) int { return a.at.Compare(b.at) })
+	s.run(t, all)
+
+	for i := range s.pools {
+		if s.written[i] != len(s.changes[i]) {
+			t.Fatalf("pool %d: %d of %d changes never written", i, len(s.changes[i])-s.written[i], len(s.changes[i]))
+		}
+	}
+	for k, at := range s.changes[0] {
+		if delay := s.writtenAt[0][k].Sub(at); delay > testMaxDelay {
+			t.Errorf("the busy pool's change at %s written after %s, want within %s", at.Sub(start), delay, testMaxDelay)
+		}
+	}
+	most := int(horizon/testMaxDelay) + 2
+	t.Logf("the busy pool was written %d times in %s", len(s.writes[0]), horizon)
+	if len(s.writes[0]) > most {
+		t.Errorf("the busy pool was written %d times in %s, want at most %d (about once per delay): the pools waiting for their creation were counted as writes queued ahead of it", len(s.writes[0]), horizon, most)
 	}
 }
