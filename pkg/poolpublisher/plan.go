@@ -445,7 +445,12 @@ func (p *plan) finished(id drausage.PoolID) {
 // by end.
 func (p *plan) wrote(id drausage.PoolID, start, end time.Time) {
 	p.finished(id)
-	p.pool(id).lastWrite = start
+	st := p.pool(id)
+	// A write leaves an object: the pool's changes from now on are
+	// writes queued like any other's, not a creation's, before it is
+	// next asked.
+	p.setNew(st, false)
+	st.lastWrite = start
 	const weight = 5
 	p.latency += (end.Sub(start) - p.latency) / weight
 }
