@@ -446,9 +446,9 @@ func (p *plan) finished(id drausage.PoolID) {
 func (p *plan) wrote(id drausage.PoolID, start, end time.Time) {
 	p.finished(id)
 	st := p.pool(id)
-	// A write leaves an object: the pool's changes from now on are
-	// writes queued like any other's, not a creation's, before it is
-	// next asked.
+	// A write leaves an object: from now on the pool's changes count
+	// among the writes queued ahead of others, even before it is next
+	// asked.
 	p.setNew(st, false)
 	st.lastWrite = start
 	const weight = 5
