@@ -93,6 +93,10 @@ func TestPreemptionSoak(t *testing.T) {
 
 type soakResult struct {
 	victims, preemptors, overtaken, overEvictions, pending, bound int
+	// faults are the over-evictions found, a line each, without the
+	// timeline: the run's last line repeats them, so that a failure in a
+	// long log (CI shows its tail) still says which case and what.
+	faults []string
 }
 
 type soakTotals struct {
@@ -111,13 +115,18 @@ func (s *soakTotals) add(r soakResult) {
 	s.overEvictions += r.overEvictions
 	s.pending += r.pending
 	s.bound += r.bound
+	s.faults = append(s.faults, r.faults...)
 }
 
 func (s *soakTotals) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fmt.Sprintf("%d preemptors, %d victims, %d preemptors overtaken by pods of higher priority, %d over-evictions; stream pods: %d bound, %d left pending",
+	line := fmt.Sprintf("%d preemptors, %d victims, %d preemptors overtaken by pods of higher priority, %d over-evictions; stream pods: %d bound, %d left pending",
 		s.preemptors, s.victims, s.overtaken, s.overEvictions, s.bound, s.pending)
+	for _, fault := range s.faults {
+		line += "\n  " + fault
+	}
+	return line
 }
 
 // soakPod is one pod of a case's stream.
@@ -363,7 +372,9 @@ func (s *scenario) checkSoakInvariants(plan soakPlan) soakResult {
 	}
 	report := func(format string, args ...any) {
 		result.overEvictions++
-		t.Errorf("%s: "+format+"\n%s", append([]any{t.Name()}, append(args, s.preemptionTimeline())...)...)
+		fault := t.Name() + ": " + fmt.Sprintf(format, args...)
+		result.faults = append(result.faults, fault)
+		t.Errorf("%s\n%s", fault, s.preemptionTimeline())
 	}
 	for name, p := range a.preemptors {
 		result.preemptors++

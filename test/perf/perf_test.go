@@ -106,6 +106,12 @@ type variant struct {
 // perf` runs; more show how much of a difference is noise (docs/perf.md).
 var pairs = flag.Int("perf-pairs", 1, "run each selected workload this many times with each scheduler, the second of every two pairs in the reverse order of the first (use an even number); the report gives the median pair")
 
+// firstPair numbers the pairs of this run from it, so that a later run can
+// add the pairs an earlier one lacked, in their own orders (say the second
+// pair of a workload whose first one ran alone), and the report can merge
+// both runs' summaries without renumbering.
+var firstPair = flag.Int("perf-first-pair", 1, "the number of this run's first pair: -perf-first-pair=2 -perf-pairs=1 runs a second pair alone, in the second pair's order")
+
 // onlyVariants narrows the variants a workload runs with, so that a
 // comparison of two of them (say DRAScope's FirstFit and BestFit) does not
 // pay for the others' runs. The report leaves out what did not run.
@@ -148,11 +154,14 @@ func BenchmarkPerfScheduling(b *testing.B) {
 	if *pairs < 1 {
 		b.Fatalf("-perf-pairs=%d: want at least 1", *pairs)
 	}
+	if *firstPair < 1 {
+		b.Fatalf("-perf-first-pair=%d: want at least 1", *firstPair)
+	}
 	only, err := variantNames(*onlyVariants)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for pair := 1; pair <= *pairs; pair++ {
+	for pair := *firstPair; pair < *firstPair+*pairs; pair++ {
 		for i, u := range units {
 			order := u.variants()
 			var chosen []string
