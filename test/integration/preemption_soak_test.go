@@ -39,7 +39,8 @@ import (
 //   - every pod left pending says why (PodScheduled False, Unschedulable,
 //     with a message).
 //
-// A failing case prints its seed; -preemption-soak-seed replays it.
+// A failing case prints its seed; -preemption-soak-seed replays it. The
+// run's last line lists every over-eviction found, a line each.
 
 var (
 	soakCases = flag.Int("preemption-soak-cases", 0, "cases of the randomized preemption soak (0: 200, or 2000 with -preemption-soak-long)")
