@@ -371,9 +371,16 @@ func (s *scenario) checkSoakInvariants(plan soakPlan) soakResult {
 	for _, victim := range a.strangers {
 		t.Errorf("%s was preempted by a pod that is not of the case\n%s", victim, s.preemptionTimeline())
 	}
+	pods, err := env.client.CoreV1().Pods(s.namespace).List(s.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("listing pods: %v", err)
+	}
 	report := func(format string, args ...any) {
 		result.overEvictions++
-		fault := t.Name() + ": " + fmt.Sprintf(format, args...)
+		// Where each stream pod is now tells a lost nomination (a pod of
+		// lower priority bound where the preemptor's victims were) from a
+		// lost event (the preemptor bound after all).
+		fault := t.Name() + ": " + fmt.Sprintf(format, args...) + "; stream pods now: " + streamPlaces(pods.Items, plan)
 		result.faults = append(result.faults, fault)
 		t.Errorf("%s\n%s", fault, s.preemptionTimeline())
 	}
@@ -404,10 +411,6 @@ func (s *scenario) checkSoakInvariants(plan soakPlan) soakResult {
 			report("%s preempted %v on %s but was bound to %s", name, victims, nodes[0], p.boundTo)
 		}
 	}
-	pods, err := env.client.CoreV1().Pods(s.namespace).List(s.ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatalf("listing pods: %v", err)
-	}
 	for _, sp := range plan.stream {
 		pod := podNamed(pods.Items, sp.name)
 		switch {
@@ -423,6 +426,29 @@ func (s *scenario) checkSoakInvariants(plan soakPlan) soakResult {
 		}
 	}
 	return result
+}
+
+// streamPlaces says, for each stream pod, the node it is bound to or
+// nominated to ("pod-2=n1", "pod-4=nominated:n0", "pod-3=pending", or
+// "pod-1=gone": a later preemptor's victim).
+func streamPlaces(pods []v1.Pod, plan soakPlan) string {
+	var places []string
+	for _, sp := range plan.stream {
+		place := "gone"
+		if pod := podNamed(pods, sp.name); pod != nil {
+			switch {
+			// A case's nodes are named after its namespace.
+			case pod.Spec.NodeName != "":
+				place = strings.TrimPrefix(pod.Spec.NodeName, pod.Namespace+"-")
+			case pod.Status.NominatedNodeName != "":
+				place = "nominated:" + strings.TrimPrefix(pod.Status.NominatedNodeName, pod.Namespace+"-")
+			default:
+				place = "pending"
+			}
+		}
+		places = append(places, sp.name+"="+place)
+	}
+	return strings.Join(places, " ")
 }
 
 func podNamed(pods []v1.Pod, name string) *v1.Pod {
