@@ -40,7 +40,7 @@ import (
 //     with a message).
 //
 // A failing case prints its seed; -preemption-soak-seed replays it. The
-// run's last line lists every over-eviction found, a line each.
+// run's last line lists every failed check, a line each.
 
 var (
 	soakCases = flag.Int("preemption-soak-cases", 0, "cases of the randomized preemption soak (0: 200, or 2000 with -preemption-soak-long)")
@@ -94,7 +94,7 @@ func TestPreemptionSoak(t *testing.T) {
 
 type soakResult struct {
 	victims, preemptors, overtaken, overEvictions, pending, bound int
-	// faults are the over-evictions found, a line each, without the
+	// faults are the case's failed checks, a line each, without the
 	// timeline: the run's last line repeats them, so that a failure in a
 	// long log (CI shows its tail) still says which case and what.
 	faults []string
@@ -368,21 +368,23 @@ func (s *scenario) checkSoakInvariants(plan soakPlan) soakResult {
 	if err != nil {
 		t.Fatalf("reading the case's events: %v", err)
 	}
-	for _, victim := range a.strangers {
-		t.Errorf("%s was preempted by a pod that is not of the case\n%s", victim, s.preemptionTimeline())
-	}
 	pods, err := env.client.CoreV1().Pods(s.namespace).List(s.ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("listing pods: %v", err)
+	}
+	fail := func(fault string) {
+		result.faults = append(result.faults, t.Name()+": "+fault)
+		t.Errorf("%s\n%s", fault, s.preemptionTimeline())
+	}
+	for _, victim := range a.strangers {
+		fail(victim + " was preempted by a pod that is not of the case")
 	}
 	report := func(format string, args ...any) {
 		result.overEvictions++
 		// Where each stream pod is now tells a lost nomination (a pod of
 		// lower priority bound where the preemptor's victims were) from a
 		// lost event (the preemptor bound after all).
-		fault := t.Name() + ": " + fmt.Sprintf(format, args...) + "; stream pods now: " + streamPlaces(pods.Items, plan)
-		result.faults = append(result.faults, fault)
-		t.Errorf("%s\n%s", fault, s.preemptionTimeline())
+		fail(fmt.Sprintf(format, args...) + "; stream pods now: " + streamPlaces(pods.Items, plan))
 	}
 	for name, p := range a.preemptors {
 		result.preemptors++
@@ -421,7 +423,7 @@ func (s *scenario) checkSoakInvariants(plan soakPlan) soakResult {
 		default:
 			result.pending++
 			if c := scheduledCondition(pod); c == nil || c.Status != v1.ConditionFalse || c.Reason != v1.PodReasonUnschedulable || c.Message == "" {
-				t.Errorf("pending pod %s does not say why: %s", sp.name, describeScheduling(pod))
+				fail(fmt.Sprintf("pending pod %s does not say why: %s", sp.name, describeScheduling(pod)))
 			}
 		}
 	}
